@@ -1,0 +1,1 @@
+"""Parsers: bytes in, typed tables out. No analysis, no opinions."""

@@ -1,0 +1,1 @@
+"""Rules: analysed facts in, ranked findings out."""
