@@ -1,0 +1,16 @@
+"""The one exception parsers raise: nothing at all could be read from a file."""
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class InputError(Exception):
+    """A file that could not be read at all; carries the path and a human reason."""
+
+    def __init__(self, path: str | Path, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path = str(path)
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.reason}"
