@@ -1,0 +1,41 @@
+"""Holistic Trace Analysis's comm/comp overlap, reproduced on HTA's own window, to cross-check our algebra.
+
+HTA (0.5.0) drops the last ProfilerStep, keeps only GPU events launched by runtime calls that start before
+that step, rounds kernel starts up and ends down to whole microseconds, and classifies kernels by name
+only. Used by tests and by `analyze --hta-compat`; our own metrics follow docs/metrics.md instead.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from analyzer import intervals as iv
+from parsers.kineto import KinetoTrace
+
+_HTA_COMM = re.compile(r"(^nccl.*)|(^hip)|(^hccl)|(.*ncclKernel.*)")
+_HTA_MEMORY = re.compile(r"^(hip)?Memcpy|^(hip)?Memset|^dma")
+_HTA_NOT_COMPUTE = re.compile(r"^nccl|Memcpy|Memset|dma|^.*Sync|^Stream Wait Event|cuda.*LaunchKernel|^hip")
+
+
+def hta_overlap_pct(trace: KinetoTrace) -> float:
+    """HTA's `get_comm_comp_overlap` percentage for one rank (NaN without comm kernels)."""
+    a = trace.activity
+    keep = np.ones(len(a), dtype=bool)
+    if len(trace.steps) > 1:
+        last_start = trace.steps["start"].max()
+        launch = a["launch_start"].to_numpy()
+        keep = (launch >= 0) & (launch < last_start)
+    names = np.array(trace.names, dtype=object)[a["name_id"].to_numpy()]
+    is_comm = np.array([bool(_HTA_COMM.search(n)) for n in names], dtype=bool)
+    is_mem = np.array([bool(_HTA_MEMORY.search(n)) for n in names], dtype=bool)
+    is_compute = np.array([not _HTA_NOT_COMPUTE.search(n) for n in names], dtype=bool)
+    is_compute &= ~is_comm & ~is_mem
+    start = -((-a["start"].to_numpy()) // 1000) * 1000   # ceil to µs
+    end = (a["end"].to_numpy() // 1000) * 1000            # floor to µs
+    comm = iv.union(start[keep & is_comm], end[keep & is_comm])
+    comp = iv.union(start[keep & is_compute], end[keep & is_compute])
+    comm_len = iv.total(comm)
+    if comm_len == 0:
+        return float("nan")
+    return 100.0 * iv.total(iv.intersect(comm, comp)) / comm_len

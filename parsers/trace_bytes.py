@@ -1,0 +1,123 @@
+"""Read a trace file's bytes: gunzip with a size bound, and salvage JSON cut off mid-write.
+
+A killed job leaves a trace that stops mid-event, or a `.gz` without its trailer. Both are common in
+post-mortems, so instead of failing we keep every complete event before the cut and say how much survived.
+"""
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from parsers.errors import InputError
+
+#: Refuse to inflate a single file beyond this many bytes (a zip bomb or a mistake, not a trace).
+MAX_INFLATED_BYTES = 16 * 1024**3
+
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+@dataclass
+class RawTrace:
+    """The bytes of one trace and what went wrong reading them."""
+
+    data: bytes
+    compressed_bytes: int
+    gzip_truncated: bool = False
+    gzip_error: str = ""
+
+
+def read_trace_bytes(path: str | Path, max_bytes: int = MAX_INFLATED_BYTES) -> RawTrace:
+    """Return the (inflated) bytes of a file; a truncated gzip yields what inflated before the cut."""
+    path = Path(path)
+    try:
+        blob = path.read_bytes()
+    except OSError as exc:
+        raise InputError(path, f"cannot read file ({exc.strerror or exc})") from exc
+    if not blob:
+        raise InputError(path, "empty file")
+    if not blob.startswith(GZIP_MAGIC):
+        return RawTrace(blob, len(blob))
+    return _gunzip(path, blob, max_bytes)
+
+
+def _gunzip(path: Path, blob: bytes, max_bytes: int) -> RawTrace:
+    """Inflate gzip members one by one, stopping at the first damage instead of failing."""
+    out: list[bytes] = []
+    size = 0
+    pos = 0
+    truncated = False
+    error = ""
+    while pos < len(blob):
+        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        try:
+            chunk = d.decompress(blob[pos:], max_bytes - size + 1)
+        except zlib.error as exc:
+            truncated, error = True, f"gzip data corrupt ({exc})"
+            chunk = b""
+        size += len(chunk)
+        out.append(chunk)
+        if size > max_bytes:
+            raise InputError(path, f"inflates to more than {max_bytes} bytes; refusing")
+        if truncated:
+            break
+        if not d.eof:
+            truncated, error = True, "gzip stream ends before its end marker (file truncated)"
+            try:
+                out.append(d.flush())
+            except zlib.error:
+                pass
+            break
+        consumed = len(blob) - pos - len(d.unused_data)
+        pos += consumed
+        if not d.unused_data.startswith(GZIP_MAGIC):
+            break
+    data = b"".join(out)
+    if not data:
+        raise InputError(path, error or "gzip file holds no data")
+    return RawTrace(data, len(blob), truncated, error)
+
+
+def last_complete_event_end(data: bytes, array_key: bytes = b'"traceEvents"') -> tuple[int, int]:
+    """Locate the end of the last complete element of the ``traceEvents`` array.
+
+    Returns ``(array_open, cut)``: the offset of the array's ``[`` and the offset just past the last complete
+    element's closing ``}`` (or ``array_open + 1`` when no element is complete). Raises ValueError when the
+    array is not there. Vectorised: string state and nesting depth come from cumulative sums over bytes.
+    """
+    key = data.find(array_key)
+    if key < 0:
+        raise ValueError("no traceEvents array")
+    open_at = data.find(b"[", key + len(array_key))
+    if open_at < 0:
+        raise ValueError("traceEvents array never opens")
+    buf = np.frombuffer(data, dtype=np.uint8, offset=open_at)
+    quote = buf == ord('"')
+    if quote.any():
+        # A quote preceded by an odd run of backslashes is escaped. Runs of backslashes are rare, so a
+        # quote whose predecessor is a backslash is checked exactly in Python.
+        q_idx = np.flatnonzero(quote)
+        maybe = q_idx[(q_idx > 0) & (buf[np.maximum(q_idx - 1, 0)] == ord("\\"))]
+        for i in maybe:
+            j = i - 1
+            while j >= 0 and buf[j] == ord("\\"):
+                j -= 1
+            if (i - 1 - j) % 2 == 1:
+                quote[i] = False
+    in_string = (np.cumsum(quote) % 2) == 1
+    opens = ((buf == ord("{")) | (buf == ord("["))) & ~in_string
+    closes = ((buf == ord("}")) | (buf == ord("]"))) & ~in_string
+    depth = np.cumsum(opens.astype(np.int32) - closes.astype(np.int32))
+    # An element of the array closes where a '}' brings the depth back to 1 (the array itself).
+    ends = np.flatnonzero(closes & (depth == 1) & (buf == ord("}")))
+    if ends.size == 0:
+        return open_at, open_at + 1
+    return open_at, open_at + int(ends[-1]) + 1
+
+
+def salvage_json_prefix(data: bytes) -> tuple[bytes, int]:
+    """Close a cut-off trace after its last complete event; returns (valid JSON bytes, bytes kept)."""
+    open_at, cut = last_complete_event_end(data)
+    return data[:cut] + b"]}", cut
