@@ -1,0 +1,172 @@
+"""load_job(paths) → Job: discover inputs, parse every rank (in parallel workers), report what was read."""
+from __future__ import annotations
+
+import os
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import pandas as pd
+
+from analyzer.metrics import rank_step_metrics
+from parsers.discover import FR_DUMP, KINETO, NCCL_LOG, discover
+from parsers.errors import InputError
+from parsers.kineto import KinetoTrace, load_trace
+
+READ, SALVAGED, SKIPPED, FAILED = "read", "salvaged", "skipped", "failed"
+
+
+@dataclass
+class FileRecord:
+    """What happened to one input file."""
+
+    path: str
+    kind: str
+    status: str  # read | salvaged | skipped | failed
+    message: str = ""
+    rank: Optional[int] = None
+
+
+@dataclass
+class Job:
+    """Everything read from one run folder: per-rank traces and metrics, logs, dumps, and the input report."""
+
+    files: list[FileRecord]
+    traces: dict[int, KinetoTrace]
+    step_metrics: pd.DataFrame
+    nccl_logs: list[Any] = field(default_factory=list)
+    fr_dumps: list[Any] = field(default_factory=list)
+    world_size: Optional[int] = None
+    missing_ranks: list[int] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def ranks(self) -> list[int]:
+        return sorted(self.traces)
+
+    def count(self, status: str) -> int:
+        return sum(1 for f in self.files if f.status == status)
+
+
+def _parse_trace(path: str) -> tuple[Optional[KinetoTrace], Optional[pd.DataFrame], str]:
+    """Worker: parse one trace and compute its per-step metrics (compact results travel back)."""
+    try:
+        trace = load_trace(path)
+    except InputError as exc:
+        return None, None, exc.reason
+    except Exception as exc:  # a parser bug must not sink the other ranks
+        return None, None, f"internal error while parsing ({type(exc).__name__}: {exc})"
+    return trace, rank_step_metrics(trace), ""
+
+
+def _parse_other(kind: str, path: str) -> tuple[Any, str]:
+    """Parse an NCCL log or Flight Recorder dump with its parser; failures become messages."""
+    try:
+        if kind == NCCL_LOG:
+            from parsers.nccl_log import parse_nccl_log
+            return parse_nccl_log(path), ""
+        from parsers.flight_recorder import load_dump
+        return load_dump(path), ""
+    except InputError as exc:
+        return None, exc.reason
+    except Exception as exc:
+        return None, f"internal error while parsing ({type(exc).__name__}: {exc})"
+
+
+def default_jobs() -> int:
+    """Worker count: the machine's cores."""
+    return max(1, os.cpu_count() or 1)
+
+
+def load_job(paths: list[str | Path], jobs: Optional[int] = None,
+             progress: Optional[Callable[[int, int, str], None]] = None) -> Job:
+    """Read every input under ``paths``; never raises for bad files (they are reported in ``Job.files``)."""
+    found, problems = discover(paths)
+    records: list[FileRecord] = [FileRecord(p, "unknown", FAILED, msg) for p, msg in problems]
+    trace_paths = [f.path for f in found if f.kind == KINETO]
+    for f in found:
+        if f.kind not in (KINETO, NCCL_LOG, FR_DUMP):
+            records.append(FileRecord(f.path, f.kind, SKIPPED, f"not a trace: {f.reason}"))
+
+    jobs = default_jobs() if jobs is None else max(1, jobs)
+    results = _map(_parse_trace, trace_paths, jobs, progress)
+    traces: dict[int, KinetoTrace] = {}
+    metrics: list[pd.DataFrame] = []
+    warnings: list[str] = []
+    unranked: list[tuple[str, KinetoTrace, pd.DataFrame]] = []
+    for path, (trace, m, err) in zip(trace_paths, results):
+        if trace is None:
+            records.append(FileRecord(path, KINETO, FAILED, err))
+            continue
+        warnings.extend(trace.warnings)
+        status = SALVAGED if trace.salvage else READ
+        msg = trace.warnings[0] if trace.salvage else ""
+        if trace.rank is None:
+            unranked.append((path, trace, m))
+            records.append(FileRecord(path, KINETO, status, msg))
+            continue
+        if trace.rank in traces:
+            records.append(FileRecord(path, KINETO, SKIPPED,
+                                      f"duplicate rank {trace.rank}: already read from {traces[trace.rank].path}",
+                                      trace.rank))
+            continue
+        traces[trace.rank] = trace
+        metrics.append(m)
+        records.append(FileRecord(path, KINETO, status, msg, trace.rank))
+    for path, trace, m in unranked:  # no rank anywhere: give the next free number and say so
+        r = 0
+        while r in traces:
+            r += 1
+        trace.rank, trace.rank_source = r, "assigned"
+        m = m.assign(rank=r)
+        traces[r] = trace
+        metrics.append(m)
+        warnings.append(f"{path}: no rank in the trace or its file name; numbered rank {r}")
+        for rec in records:
+            if rec.path == path:
+                rec.rank = r
+
+    logs, dumps = [], []
+    for f in found:
+        if f.kind in (NCCL_LOG, FR_DUMP):
+            value, err = _parse_other(f.kind, f.path)
+            if value is None:
+                records.append(FileRecord(f.path, f.kind, FAILED, err))
+                continue
+            (logs if f.kind == NCCL_LOG else dumps).append(value)
+            w = list(getattr(value, "warnings", []) or [])
+            warnings.extend(w)
+            records.append(FileRecord(f.path, f.kind, READ, "; ".join(w[:1]), getattr(value, "rank", None)))
+
+    worlds = {t.world_size for t in traces.values() if t.world_size}
+    world = max(worlds) if worlds else None
+    if len(worlds) > 1:
+        warnings.append(f"traces disagree on the world size: {sorted(worlds)}; using {world}")
+    missing = sorted(set(range(world)) - set(traces)) if world and traces else []
+    records.sort(key=lambda r: r.path)
+    step_metrics = (pd.concat(metrics, ignore_index=True).sort_values(["rank", "step"], kind="stable")
+                    .reset_index(drop=True) if metrics else pd.DataFrame())
+    return Job(records, dict(sorted(traces.items())), step_metrics, logs, dumps, world, missing, warnings)
+
+
+def _map(fn, items: list[str], jobs: int, progress) -> list:
+    """Map ``fn`` over items in worker processes (in order); serial when one worker or one item."""
+    out = []
+    if jobs <= 1 or len(items) <= 1:
+        for i, it in enumerate(items):
+            out.append(fn(it))
+            if progress:
+                progress(i + 1, len(items), it)
+        return out
+    ctx = None
+    if sys.platform != "win32":
+        import multiprocessing as mp
+        ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None
+    with ProcessPoolExecutor(max_workers=min(jobs, len(items)), mp_context=ctx) as pool:
+        for i, res in enumerate(pool.map(fn, items, chunksize=1)):
+            out.append(res)
+            if progress:
+                progress(i + 1, len(items), items[i])
+    return out

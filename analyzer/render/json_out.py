@@ -1,0 +1,9 @@
+"""JSON output: the report dict as it is (documented in docs/json-schema.md)."""
+from __future__ import annotations
+
+import orjson
+
+
+def render_json(report: dict) -> str:
+    """Pretty, key-sorted-by-construction JSON text ending in a newline."""
+    return orjson.dumps(report, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode() + "\n"

@@ -1,0 +1,94 @@
+"""Find input files under the given paths and classify each by its content, not only by its name."""
+from __future__ import annotations
+
+import os
+import re
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+#: Kinds a file can be classified as.
+KINETO, NCCL_LOG, FR_DUMP, UNKNOWN = "kineto", "nccl_log", "flight_recorder", "unknown"
+
+_HEAD_BYTES = 256 * 1024
+_NCCL_MARKERS = re.compile(
+    rb"NCCL (INFO|WARN|TRACE)|NCCL version \d|ProcessGroupNCCL|Watchdog caught collective|"
+    rb"ncclCommInitRank|ncclRemoteError|DistBackendError|ncclInternalError|ncclSystemError")
+_TEXT_SUFFIXES = {".log", ".txt", ".out", ".err", ".stderr", ".stdout"}
+
+
+@dataclass(frozen=True)
+class InputFile:
+    """One discovered file and what it looks like."""
+
+    path: str
+    kind: str
+    reason: str = ""  # why it was classified so (for unknown: why it is not a trace)
+
+
+def iter_files(paths: list[str | Path]) -> tuple[list[Path], list[tuple[str, str]]]:
+    """Expand folders recursively (sorted, hidden files skipped); returns (files, [(path, problem)])."""
+    files: list[Path] = []
+    problems: list[tuple[str, str]] = []
+    for p in paths:
+        p = Path(p)
+        if p.is_dir():
+            for root, dirs, names in os.walk(p):
+                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+                files.extend(Path(root) / n for n in sorted(names) if not n.startswith("."))
+        elif p.is_file():
+            files.append(p)
+        else:
+            problems.append((str(p), "no such file or folder"))
+    return files, problems
+
+
+def read_head(path: Path, n: int = _HEAD_BYTES) -> bytes:
+    """The first ``n`` bytes of a file, inflated when it is gzip (a damaged gzip yields what inflates)."""
+    with open(path, "rb") as fh:
+        blob = fh.read(n)
+    if blob.startswith(b"\x1f\x8b"):
+        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        try:
+            return d.decompress(blob, n)
+        except zlib.error:
+            return b""
+    return blob
+
+
+def classify(path: Path) -> InputFile:
+    """Classify one file as kineto / nccl_log / flight_recorder / unknown by sniffing its head."""
+    try:
+        head = read_head(path)
+    except OSError as exc:
+        return InputFile(str(path), UNKNOWN, f"cannot read ({exc.strerror or exc})")
+    if not head:
+        return InputFile(str(path), UNKNOWN, "empty file" if path.stat().st_size == 0 else "unreadable gzip")
+    name = path.name.lower()
+    if head[:1] == b"\x80" and (b"entries" in head or b"pg_config" in head):
+        return InputFile(str(path), FR_DUMP, "pickle with Flight Recorder keys")
+    stripped = head.lstrip()
+    if stripped[:1] in (b"{", b"["):
+        if b'"traceEvents"' in head or b'"schemaVersion"' in head or (
+                stripped[:1] == b"[" and b'"ph"' in head):
+            return InputFile(str(path), KINETO, "JSON with traceEvents")
+        if b'"entries"' in head and (b'"pg_config"' in head or b'"version"' in head):
+            return InputFile(str(path), FR_DUMP, "JSON with Flight Recorder keys")
+        if name.startswith("nccl_trace_rank") or "flight" in name:
+            return InputFile(str(path), FR_DUMP, "Flight Recorder file name")
+        return InputFile(str(path), UNKNOWN, "JSON, but neither a profiler trace nor a Flight Recorder dump")
+    if name.startswith("nccl_trace_rank_") and head[:1] == b"\x80":
+        return InputFile(str(path), FR_DUMP, "Flight Recorder file name")
+    if _NCCL_MARKERS.search(head):
+        return InputFile(str(path), NCCL_LOG, "text with NCCL / ProcessGroupNCCL lines")
+    if b"\x00" in head[:4096]:
+        return InputFile(str(path), UNKNOWN, "binary data, not a trace")
+    if Path(name).suffix in _TEXT_SUFFIXES:
+        return InputFile(str(path), UNKNOWN, "text without NCCL or watchdog lines")
+    return InputFile(str(path), UNKNOWN, "not a trace")
+
+
+def discover(paths: list[str | Path]) -> tuple[list[InputFile], list[tuple[str, str]]]:
+    """Classify every file under ``paths``; returns (files, [(path, problem)] for paths that do not exist)."""
+    files, problems = iter_files(paths)
+    return [classify(f) for f in files], problems
