@@ -1,0 +1,91 @@
+"""NCCL debug-line envelope (`host:pid:tid [dev] NCCL INFO …`) and launcher-prefix tags.
+
+Separate from message parsing so the one regex that must tolerate every launcher wrapping
+lives in one small place (see shared reference nccl-log-formats.md §1).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+# Lazy `launcher` absorbs any wrapper (MPI tags, srun labels, Ray, timestamps, glued fragments).
+NCCL_LINE = re.compile(
+    r"^(?P<launcher>.*?)"
+    r"(?:\[(?P<ts>\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?)\] )?"
+    r"(?P<host>[^\s:]*):(?P<pid>\d+):(?P<tid>\d+) "
+    r"(?:\[(?P<dev>-?\d+)\] )?"
+    r"(?:(?P<ttime>\d+\.\d+) )?"
+    r"(?:(?P<src>[^\s]+):(?P<srcline>\d+)(?: \((?P<func>[^)]*)\))? )?"
+    r"NCCL (?P<level>INFO|WARN|TRACE|CALL)(?: (?P<msg>.*))?$"
+)
+LEVEL_MARKERS = ("NCCL INFO", "NCCL WARN", "NCCL TRACE", "NCCL CALL")
+
+# Launcher tags that carry a rank, tried in order on the launcher text.
+_MPI = re.compile(r"\[\d+,(?P<r>\d+)\]<std(?:out|err)>:")
+_TORCHRUN = re.compile(r"\[default(?P<r>\d+)\]:")
+_PTRANK = re.compile(r"\[rank(?P<r>\d+)\]:")
+_SRUN = re.compile(r"^\s*(?P<r>\d+): ")
+_RANKTAG = re.compile(r"^\s*\[(?P<r>\d+)\] ")
+_RAY = re.compile(r"\((?P<actor>[\w.:-]+) pid=(?P<pid>\d+)(?:, ip=(?P<ip>[\d.:a-fA-F]+))?\)")
+_PDSH = re.compile(r"^\s*(?P<h>[A-Za-z][\w.-]*): ")
+LAUNCHER_TS = re.compile(
+    r"(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?Z?"
+    r"|[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2} \d{4})"
+)
+_RAY_REPEAT = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
+_BOX = "│┃║"
+
+
+@dataclass(frozen=True)
+class LauncherTag:
+    """What a launcher wrapper told us: its kind, a rank (-1 none), a pid (-1 none), a timestamp."""
+
+    kind: str
+    rank: int
+    pid: int
+    timestamp: str
+
+
+NO_TAG = LauncherTag("none", -1, -1, "")
+
+
+def clean_line(text: str) -> str:
+    """Strip trailing blanks, k9s box borders and Ray's `[repeated Nx]` suffix from one line."""
+    text = text.rstrip()
+    if text and text.lstrip()[:1] in _BOX and text[-1] in _BOX:
+        text = text[:-1].rstrip()
+    if text.endswith("cluster]"):
+        text = _RAY_REPEAT.sub("", text)
+    return text
+
+
+def parse_launcher(prefix: str) -> LauncherTag:
+    """Classify the text a launcher put before a log line; returns NO_TAG for an empty prefix."""
+    if not prefix or prefix.isspace():
+        return NO_TAG
+    ts_m = LAUNCHER_TS.search(prefix)
+    ts = ts_m.group(1) if ts_m else ""
+    m = _MPI.search(prefix)
+    if m:
+        return LauncherTag("mpi", int(m.group("r")), -1, ts)
+    m = _PTRANK.search(prefix)
+    if m:
+        return LauncherTag("pytorch", int(m.group("r")), -1, ts)
+    m = _TORCHRUN.search(prefix)
+    if m:
+        return LauncherTag("torchrun", int(m.group("r")), -1, ts)
+    m = _RAY.search(prefix)
+    if m:
+        return LauncherTag("ray", -1, int(m.group("pid")), ts)
+    m = _SRUN.match(prefix)
+    if m:
+        return LauncherTag("srun", int(m.group("r")), -1, ts)
+    m = _RANKTAG.match(prefix)
+    if m:
+        return LauncherTag("rank_tag", int(m.group("r")), -1, ts)
+    if ts:
+        return LauncherTag("timestamp", -1, -1, ts)
+    m = _PDSH.match(prefix)
+    if m:
+        return LauncherTag("pdsh", -1, -1, "")
+    return LauncherTag("other", -1, -1, "")

@@ -1,0 +1,214 @@
+"""NCCL debug logs (NCCL_DEBUG=INFO, 2.3 → 2.30) and PyTorch watchdog stderr → typed tables.
+
+One pass over the lines, any launcher prefix, salvaging damaged lines. Line families and their regexes
+live in `nccl_messages` (NCCL) and `watchdog_log` (PyTorch); process state and tables live in `nccl_state`.
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from parsers.errors import InputError
+from parsers.nccl_envelope import LEVEL_MARKERS, NCCL_LINE, clean_line
+from parsers.nccl_messages import NCCL_TESTS_FAIL, NCCL_TESTS_RANK, VERSION, classify_message
+from parsers.nccl_state import LogState
+from parsers.watchdog_log import PT_MARKERS, parse_pytorch_line
+
+HEAD_BYTES = 65536
+_SNIFF_NCCL = re.compile(rb"[^\s:]*:\d+:\d+ (?:\[-?\d+\] )?(?:\S+ )?NCCL (?:INFO|WARN)")
+_SNIFF_PT = re.compile(
+    rb"ProcessGroupNCCL\.cpp:\d+\]|Watchdog caught collective operation timeout|NCCL version \d+\.\d+\.\d+\+cuda"
+    rb"|NCCL error in: \S+ProcessGroupNCCL"
+)
+
+
+@dataclass
+class NcclLog:
+    """Tables from one NCCL / watchdog log; every table keeps its columns even when empty."""
+
+    path: str
+    processes: pd.DataFrame
+    communicators: pd.DataFrame
+    connections: pd.DataFrame
+    networks: pd.DataFrame
+    env: pd.DataFrame
+    colls: pd.DataFrame
+    warns: pd.DataFrame
+    watchdog: pd.DataFrame
+    unrecognised: int
+    n_lines: int
+    warnings: list[str] = field(default_factory=list)
+    family_counts: dict[str, int] = field(default_factory=dict)
+
+
+def looks_like_nccl_log(head: bytes) -> bool:
+    """True when the first bytes of a file hold NCCL INFO/WARN lines or ProcessGroupNCCL/watchdog lines."""
+    head = head[:HEAD_BYTES]
+    return bool(_SNIFF_NCCL.search(head) or _SNIFF_PT.search(head))
+
+
+def parse_nccl_log(path: str | Path) -> NcclLog:
+    """Parse one log file; raises InputError only when the file cannot be opened or read at all."""
+    p = Path(path)
+    try:
+        with open(p, "rb") as fh:
+            head = fh.read(HEAD_BYTES)
+            fh.seek(0)
+            log = parse_nccl_lines(fh, path=str(p))
+    except (OSError, MemoryError) as exc:
+        raise InputError(p, f"cannot read file ({exc.__class__.__name__}: {exc.strerror or exc})") from exc
+    nul = head.count(b"\0")
+    if nul and not log.family_counts:
+        log.warnings.insert(0, f"{p}: looks like a binary file ({nul} NUL bytes in the first {len(head)} bytes), "
+                               "not an NCCL log; nothing extracted")
+    return log
+
+
+def parse_nccl_lines(lines: Iterable[bytes | str], path: str = "<memory>") -> NcclLog:
+    """Parse lines (bytes decoded as UTF-8 with replacement, or str) into an NcclLog."""
+    parser = _LineParser(path)
+    lineno = 0
+    for lineno, raw in enumerate(lines, 1):
+        parser.feed(lineno, raw)
+    return parser.finish(lineno)
+
+
+class _LineParser:
+    """Streaming classifier: holds one possibly-wrapped line back so its continuation can be joined."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.state = LogState(path)
+        self.pending: tuple[int, str, tuple] | None = None
+        self.last_error_row: dict | None = None
+        self.last_newline = True
+        self.last_commit: tuple[int, str, str | None] | None = None
+
+    def feed(self, lineno: int, raw: bytes | str) -> None:
+        """Classify and record one physical line."""
+        if isinstance(raw, bytes):
+            self.last_newline = raw.endswith(b"\n")
+            text = raw.decode("utf-8", errors="replace")
+        else:
+            self.last_newline = True
+            text = raw
+        if "\ufffd" in text:
+            self.state.bad_utf8 += 1
+        text = text.rstrip("\r\n")
+        segments = text.split("\r") if "\r" in text else (text,)
+        for seg in segments:
+            self._feed_text(lineno, clean_line(seg))
+
+    def _feed_text(self, lineno: int, text: str) -> None:
+        """Handle one cleaned text segment of a line."""
+        if not text.strip():
+            self._flush()
+            return
+        if self.last_error_row is not None:
+            self.last_error_row["message"] += " " + text.strip()
+            self.last_error_row = None
+            self.state.count("last_error_text")
+            return
+        rec = classify_line(text)
+        if self.pending is not None:
+            if rec is None and self._try_join(text):
+                return
+            self._flush()
+        if _is_partial(rec):
+            self.pending = (lineno, text, rec)
+            return
+        self._commit(lineno, text, rec)
+
+    def _try_join(self, text: str) -> bool:
+        """Join a held partial line with this continuation when that yields a complete record."""
+        lineno, held, _ = self.pending
+        spaced, glued = held + " " + text.lstrip(), held + text
+        for joined in ((spaced, glued) if held[-1:] in ":,;)" else (glued, spaced)):
+            rec = classify_line(joined)
+            if rec is not None and not _is_partial(rec):
+                self.pending = None
+                self.state.joined.append(lineno)
+                self._commit(lineno, joined, rec)
+                return True
+        return False
+
+    def _flush(self) -> None:
+        """Record the held line as it is."""
+        if self.pending is not None:
+            lineno, text, rec = self.pending
+            self.pending = None
+            self._commit(lineno, text, rec)
+
+    def _commit(self, lineno: int, text: str, rec: tuple | None) -> None:
+        """Apply one classified record to the state."""
+        st = self.state
+        self.last_commit = (lineno, text, None if rec is None else (rec[2] if rec[0] == "nccl" else rec[0]))
+        if rec is None:
+            st.unrecognised += 1
+            st.note_unrecognised(lineno, text)
+            return
+        kind = rec[0]
+        if kind == "nccl":
+            st.add_nccl(lineno, rec[1], rec[2], rec[3])
+        elif kind == "banner":
+            st.add_banner(lineno, text, rec[1])
+        elif kind == "pytorch":
+            rows = st.add_pytorch(lineno, rec[1], rec[2])
+            if rows and rows[-1]["kind"] == "last_error" and rows[-1]["message"].rstrip() == "Last error:":
+                self.last_error_row = rows[-1]
+        elif kind == "tests_rank":
+            st.add_tests_rank(lineno, rec[1])
+        elif kind == "tests_fail":
+            st.add_tests_fail(lineno, text, rec[1])
+
+    def finish(self, n_lines: int) -> NcclLog:
+        """Flush held state and build the tables."""
+        self._flush()
+        last = self.last_commit
+        if not self.last_newline and last is not None and last[2] in (None, "other"):
+            self.state.cut.append((last[0], last[1]))
+        return self.state.build(n_lines, NcclLog)
+
+
+def classify_line(text: str) -> tuple | None:
+    """Pure classification of one cleaned line; None when it is neither NCCL nor PyTorch output."""
+    if any(mk in text for mk in LEVEL_MARKERS):
+        m = NCCL_LINE.match(text)
+        if m:
+            msg = m.group("msg") or ""
+            family, mm = classify_message(msg, m.group("level"))
+            return ("nccl", m, family, mm)
+    if "NCCL version" in text and "+cuda" in text:
+        vm = VERSION.search(text)
+        if vm:
+            return ("banner", vm)
+    if any(mk in text for mk in PT_MARKERS):
+        prefix, rows = parse_pytorch_line(text)
+        if rows:
+            return ("pytorch", prefix, rows)
+    if text.lstrip().startswith("#") and " Pid " in text:
+        tm = NCCL_TESTS_RANK.match(text.lstrip())
+        if tm:
+            return ("tests_rank", tm)
+    if "Test NCCL failure" in text:
+        fm = NCCL_TESTS_FAIL.search(text)
+        if fm:
+            return ("tests_fail", fm)
+    return None
+
+
+def _is_partial(rec: tuple | None) -> bool:
+    """A record that may be the first half of a wrapped line."""
+    if rec is None:
+        return False
+    if rec[0] == "nccl":
+        return rec[2] in ("cut", "other")
+    if rec[0] == "pytorch":
+        return any(r["kind"] in ("timeout", "teardown") and r["seq"] < 0 and "WorkNCCL" not in r["message"]
+                   and r["message"].endswith(("timeout:", "timeout", "exception:"))
+                   for r in rec[2])
+    return False
