@@ -28,25 +28,33 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=["text", "json"], default="text", help="output format (default text)")
     p.add_argument("-o", "--output", help="write the report to this file instead of stdout")
     p.add_argument("--jobs", type=int, default=None, help="worker processes for parsing (default: all cores)")
+    p.add_argument("--gpus-per-node", type=int, default=None,
+                   help="hosts from rank // N when neither traces nor logs name them (as TraceLens does)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress output on stderr")
     p.add_argument("--version", action="version", version=f"analyze {__version__}")
+    from rules.config import add_cli_arguments
+    add_cli_arguments(p)
     return p
 
 
 def main(argv: Optional[list[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    from rules.config import config_from_args, handle_info_commands
+    info = handle_info_commands(args)
+    if info is not None:
+        return info
     if not args.paths:
         parser.print_usage(sys.stderr)
         print("analyze: error: give at least one file or folder", file=sys.stderr)
         return 2
+    from analyzer.analysis import Options, run_analysis
     from analyzer.job import load_job
-    from analyzer.report import build_report
     from analyzer.render.json_out import render_json
     from analyzer.render.text import render_text
 
     job = load_job(args.paths, jobs=args.jobs)
-    report = build_report(job)
+    report = run_analysis(job, Options(gpus_per_node=args.gpus_per_node, rule_config=config_from_args(args)))
     text = render_json(report) if args.format == "json" else render_text(report)
     if args.output:
         with open(args.output, "w", encoding="utf-8") as fh:

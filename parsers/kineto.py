@@ -51,6 +51,7 @@ class _Args(msgspec.Struct):
     pg_desc: Any = msgspec.field(default=None, name="Process Group Description")
     pg_ranks: Any = msgspec.field(default=None, name="Process Group Ranks")
     name: Any = None  # metadata events: process/thread names
+    concrete_inputs: Any = msgspec.field(default=None, name="Concrete Inputs")  # c10d::send/recv_: peer rank
 
 
 class _Event(msgspec.Struct):
@@ -324,6 +325,7 @@ def _gpu_activity(x, gpu_idx, runtime_idx, start, end, cats, names_raw):
             str(a.pg_desc) if a is not None and a.pg_desc is not None else "",
             str(a.pg_ranks) if a is not None and a.pg_ranks is not None else "",
             a.group_size if a is not None and isinstance(a.group_size, int) else -1,
+            -1,
         ))
     coll = _collectives_frame(recs, activity)
     return activity, coll, names
@@ -359,12 +361,12 @@ def _cpu_comm_spans(x, start, end, cats, names_raw) -> dict:
 
 
 _COLL_COLUMNS = ["act_index", "op", "in_nelems", "out_nelems", "dtype", "pg_name", "pg_desc", "pg_ranks",
-                 "group_size"]
+                 "group_size", "peer"]
 
 
 def _collectives_frame(recs: list[tuple], activity: pd.DataFrame) -> pd.DataFrame:
     coll = pd.DataFrame.from_records(recs, columns=_COLL_COLUMNS)
-    for c in ("act_index", "in_nelems", "out_nelems", "group_size"):
+    for c in ("act_index", "in_nelems", "out_nelems", "group_size", "peer"):
         coll[c] = coll[c].astype(np.int64)
     idx = coll["act_index"].to_numpy()
     coll.insert(1, "start", activity["start"].to_numpy()[idx])
@@ -412,9 +414,11 @@ def _cpu_activity(x, start, end, cats, names_raw, events):
     activity.sort_values(["start", "end"], inplace=True, kind="stable")
     order = activity.index.to_numpy()
     activity.reset_index(drop=True, inplace=True)
+    peers = _p2p_peers(x, start, names_raw, tids)
     recs = []
     for row in np.flatnonzero(activity["kind"].to_numpy() == "comm"):
-        a = x[rows[order[row]]].args
+        i = rows[order[row]]
+        a = x[i].args
         nm = names[activity["name_id"].iat[row]]
         recs.append((
             row, normalise_op(a.coll_name if a is not None and isinstance(a.coll_name, str) else nm),
@@ -425,8 +429,44 @@ def _cpu_activity(x, start, end, cats, names_raw, events):
             str(a.pg_desc) if a is not None and a.pg_desc is not None else "",
             str(a.pg_ranks) if a is not None and a.pg_ranks is not None else "",
             a.group_size if a is not None and isinstance(a.group_size, int) else -1,
+            peers(i) if nm in ("gloo:send", "gloo:recv") else -1,
         ))
     return activity, _collectives_frame(recs, activity), names
+
+
+def _p2p_peers(x, start, names_raw, tids):
+    """Peer rank of a gloo:send/recv span: from the c10d::send/recv_ op just before it on the same thread.
+
+    c10d's dispatch op records its arguments (``Concrete Inputs`` = [tensors, pg, peer, tag]); the gloo span
+    that does the transfer follows it on the same thread.
+    """
+    by_tid: dict[Any, tuple[list[int], list[int]]] = {}
+    for i, nm in enumerate(names_raw):
+        if nm in ("c10d::send", "c10d::recv_", "c10d::recv_any_source_"):
+            a = x[i].args
+            ci = a.concrete_inputs if a is not None else None
+            peer = -1
+            if isinstance(ci, list) and len(ci) > 2:
+                try:
+                    peer = int(ci[2])
+                except (TypeError, ValueError):
+                    peer = -1
+            ts_list, peer_list = by_tid.setdefault(tids[i], ([], []))
+            ts_list.append(int(start[i]))
+            peer_list.append(peer)
+    sorted_by_tid = {}
+    for tid, (ts_list, peer_list) in by_tid.items():
+        order = np.argsort(ts_list, kind="stable")
+        sorted_by_tid[tid] = (np.array(ts_list)[order], np.array(peer_list)[order])
+
+    def peer_of(i: int) -> int:
+        hit = sorted_by_tid.get(tids[i])
+        if hit is None:
+            return -1
+        k = np.searchsorted(hit[0], start[i], side="right") - 1
+        return int(hit[1][k]) if k >= 0 else -1
+
+    return peer_of
 
 
 def _steps(x, start, end, cats, names_raw, bad) -> pd.DataFrame:

@@ -1,0 +1,43 @@
+"""The whole analysis of one job: base metrics, cross-rank timeline, hang post-mortem, rules → report dict."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from analyzer.job import Job
+from analyzer.report import build_report, clean
+
+
+@dataclass
+class Options:
+    """Knobs of one analysis run (set from the command line or the Python API)."""
+
+    gpus_per_node: Optional[int] = None
+    rule_config: Any = None          # rules.config.RuleConfig; None → defaults
+    extra: dict = field(default_factory=dict)
+
+
+def run_analysis(job: Job, options: Optional[Options] = None) -> dict:
+    """Build the full report dict (docs/json-schema.md) for a loaded job."""
+    from analyzer.cross_rank import cross_rank_section
+    from rules.engine import run_rules
+
+    options = options or Options()
+    report = build_report(job)
+    report["cross_rank"] = clean(cross_rank_section(job, gpus_per_node=options.gpus_per_node))
+    findings = run_rules(job, report, options.rule_config)
+    report["findings"] = clean([f if isinstance(f, dict) else f.to_dict() for f in findings])
+    report["verdict"] = verdict(report["findings"])
+    return report
+
+
+def verdict(findings: list[dict]) -> str:
+    """One line: the worst severity found and how many findings of each."""
+    counts = {s: sum(1 for f in findings if f.get("severity") == s) for s in ("error", "warning", "info")}
+    if counts["error"]:
+        head = "FAIL"
+    elif counts["warning"]:
+        head = "WARN"
+    else:
+        head = "OK"
+    return f"{head}: {counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} info"
