@@ -1,0 +1,226 @@
+"""Bring Flight Recorder dumps, NCCL COLL records and watchdog lines into one per-group sequence table.
+
+Rows of `seqs`: one collective call of one rank, keyed by (group, rank, seq). Group keys: the PG id for
+Flight Recorder and watchdog data (they share it: FR `pg_name` == watchdog `PG ID`), `nccl:<commId>` for NCCL
+communicators (opCount is a different counter, so these are analysed as their own groups).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+SEQ_COLUMNS = ["source", "group", "rank", "seq", "op", "numel_in", "numel_out", "dtype", "done", "order",
+               "file", "line", "text", "frame"]
+STATUS_COLUMNS = ["source", "group", "rank", "last_enqueued", "last_started", "last_completed", "file"]
+NCCL_DTYPES = {0: "int8", 1: "uint8", 2: "int32", 3: "uint32", 4: "int64", 5: "uint64", 6: "float16",
+               7: "float32", 8: "float64", 9: "bfloat16", 10: "fp8_e4m3", 11: "fp8_e5m2"}
+FR_DTYPES = {"Float": "float32", "Double": "float64", "Half": "float16", "BFloat16": "bfloat16", "Int": "int32",
+             "Long": "int64", "Char": "int8", "Byte": "uint8", "Bool": "bool", "Short": "int16"}
+_WD_OPS = {"ALLREDUCE": "allreduce", "ALLGATHER": "allgather", "_ALLGATHER_BASE": "allgather",
+           "REDUCE_SCATTER": "reducescatter", "_REDUCE_SCATTER_BASE": "reducescatter", "BROADCAST": "broadcast",
+           "REDUCE": "reduce", "ALLTOALL": "alltoall", "ALLTOALL_BASE": "alltoall", "SEND": "send", "RECV": "recv",
+           "BARRIER": "barrier", "COALESCED": "coalesced", "GATHER": "gather", "SCATTER": "scatter"}
+
+
+@dataclass
+class Group:
+    """A process group / communicator: its key, description, members (global ranks; None when unknown)."""
+
+    key: str
+    desc: str = ""
+    members: set[int] | None = None
+    source: str = ""
+    member_source: str = ""
+
+
+@dataclass
+class HangInputs:
+    """Everything the hang analysis compares, in plain tables."""
+
+    seqs: pd.DataFrame
+    status: pd.DataFrame
+    groups: dict[str, Group]
+    world: set[int]
+    dump_ranks: set[int]
+    log_ranks: dict[int, list[Any]] = field(default_factory=dict)
+    errors: pd.DataFrame = field(default_factory=pd.DataFrame)
+    warnings: list[str] = field(default_factory=list)
+
+
+def _dtype(s: str) -> str:
+    """Comma-joined FR dtypes ('Float,Float') → one normalised name set string."""
+    parts = sorted({FR_DTYPES.get(x.strip(), x.strip().lower()) for x in str(s).split(",") if x.strip()})
+    return ",".join(parts)
+
+
+def _fr_rows(dumps: list, groups: dict[str, Group], warnings: list[str]) -> tuple[list[dict], list[dict]]:
+    """Seq and status rows from Flight Recorder dumps; registers their groups."""
+    seqs, status = [], []
+    for d in dumps:
+        if d.rank is None:
+            warnings.append(f"{d.path}: rank unknown; dump not used for cross-rank matching")
+            continue
+        e = d.entries
+        for name, cfg in d.pg_config.items():
+            if name == "" or cfg.get("ranks") in (None, []):
+                continue
+            g = groups.setdefault(name, Group(name, source="flight_recorder"))
+            g.desc = g.desc or cfg.get("desc", "")
+            if g.members is None:
+                g.members, g.member_source = set(cfg["ranks"]), "pg_config"
+        for name in set(d.pg_status) | set(e["pg_name"]):
+            g = groups.setdefault(name, Group(name, source="flight_recorder"))
+        for name, desc in e.groupby("pg_name")["pg_desc"].first().items():
+            groups[name].desc = groups[name].desc or desc
+        coll = e[~e["is_p2p"] & (e["collective_seq_id"] > 0)]
+        for r in coll.itertuples(index=False):
+            done = r.state == "completed" or r.time_completed_ns > 0
+            seqs.append(dict(source="flight_recorder", group=r.pg_name, rank=d.rank, seq=r.collective_seq_id,
+                             op=r.op, numel_in=r.input_numel, numel_out=r.output_numel, dtype=_dtype(r.input_dtypes),
+                             done=done, order=r.record_id, file=d.path, line=None,
+                             text=f"rank {d.rank} {r.profiling_name} seq {r.collective_seq_id} in {r.input_sizes} "
+                                  f"{r.input_dtypes} out {r.output_sizes} state {r.state}",
+                             frame=r.top_frame))
+        for name, st in d.pg_status.items():
+            status.append(dict(source="flight_recorder", group=name, rank=d.rank, file=d.path, **st))
+    return seqs, status
+
+
+def _log_rank_map(log: Any) -> dict[tuple[str, int], int]:
+    """(host, pid) → global rank from a log's processes table (rank ≥ 0 only)."""
+    p = getattr(log, "processes", None)
+    if p is None or p.empty:
+        return {}
+    p = p[p["rank"].astype("int64") >= 0]
+    return {(h, int(pid)): int(r) for h, pid, r in zip(p["host"], p["pid"], p["rank"])}
+
+
+def _nccl_rows(logs: list, groups: dict[str, Group]) -> list[dict]:
+    """Seq rows from NCCL COLL lines, one group per commId; registers communicators and their members."""
+    rows = []
+    for log in logs:
+        rmap = _log_rank_map(log)
+        comms = getattr(log, "communicators", None)
+        if comms is not None and not comms.empty:
+            for c in comms.itertuples(index=False):
+                cid = str(getattr(c, "comm_id", "") or "")
+                if not cid:
+                    continue
+                key = f"nccl:{cid}"
+                g = groups.setdefault(key, Group(key, desc=f"nccl comm {cid} nranks={c.nranks}", source="nccl_log",
+                                                 members=set(), member_source="nccl_init"))
+                grank = getattr(c, "global_rank", -1)
+                grank = int(grank) if grank is not None and int(grank) >= 0 else rmap.get((c.host, int(c.pid)), -1)
+                g.members.add(grank if grank >= 0 else int(c.rank))
+        colls = getattr(log, "colls", None)
+        if colls is None or colls.empty:
+            continue
+        cid_col = colls["comm_id"] if "comm_id" in colls else pd.Series([""] * len(colls))
+        crank_col = colls["rank"] if "rank" in colls else pd.Series([-1] * len(colls))
+        for c, cid, crank in zip(colls.itertuples(index=False), cid_col, crank_col):
+            cid = str(cid or "")
+            if not cid:
+                continue
+            rank = rmap.get((c.host, int(c.pid)), int(crank) if crank is not None else -1)
+            if rank < 0:
+                continue
+            oc = c.op_count
+            seq = int(oc, 16) if isinstance(oc, str) else int(oc)
+            dt = NCCL_DTYPES.get(int(c.datatype), str(c.datatype)) if str(c.datatype).lstrip("-").isdigit() else str(c.datatype)
+            rows.append(dict(source="nccl_log", group=f"nccl:{cid}", rank=rank, seq=seq, op=str(c.op).lower(),
+                             numel_in=int(c.count), numel_out=int(c.count), dtype=dt, done=None, order=int(c.line),
+                             file=log.path, line=int(c.line),
+                             text=f"rank {rank} {c.op}: opCount {seq:x} count {c.count} datatype {c.datatype}",
+                             frame=""))
+            groups.setdefault(f"nccl:{cid}", Group(f"nccl:{cid}", source="nccl_log"))
+    return rows
+
+
+def _wd_rank(r: Any) -> int:
+    """Global rank of a watchdog row: the [rankN]: tag when present, else the rank printed in the message."""
+    g = getattr(r, "global_rank", -1)
+    g = -1 if g is None or pd.isna(g) else int(g)
+    return g if g >= 0 else int(r.rank)
+
+
+def _watchdog_rows(logs: list, groups: dict[str, Group]) -> tuple[list[dict], list[dict], list[dict]]:
+    """Seq rows (timed-out work), status rows (last enqueued/started/completed) and error rows from watchdog lines."""
+    seqs, status, errors = [], [], []
+    for log in logs:
+        wd = getattr(log, "watchdog", None)
+        if wd is None or wd.empty:
+            continue
+        st: dict[tuple[str, int], dict] = {}
+        for r in wd.itertuples(index=False):
+            rank = _wd_rank(r)
+            pg = str(int(r.pg_id)) if str(r.pg_id).lstrip("-").isdigit() and int(r.pg_id) >= 0 else "0"
+            if rank < 0:
+                continue
+            kind = str(r.kind)
+            if kind in ("timeout",) or (kind not in ("last_enqueued", "last_completed", "last_started")
+                                        and int(r.seq) > 0 and str(getattr(r, "op_type", ""))):
+                g = groups.setdefault(pg, Group(pg, source="watchdog"))
+                g.desc = g.desc or str(r.pg_desc or "")
+                seqs.append(dict(source="watchdog", group=pg, rank=rank, seq=int(r.seq),
+                                 op=_WD_OPS.get(str(r.op_type).upper(), str(r.op_type).lower()),
+                                 numel_in=int(r.numel_in), numel_out=int(r.numel_out), dtype="", done=False,
+                                 order=int(r.line), file=log.path, line=int(r.line), text=str(r.message), frame=""))
+            elif kind.startswith("last_"):
+                groups.setdefault(pg, Group(pg, desc=str(r.pg_desc or ""), source="watchdog"))
+                s = st.setdefault((pg, rank), dict(source="watchdog", group=pg, rank=rank, last_enqueued=-1,
+                                                   last_started=-1, last_completed=-1, file=log.path))
+                s[kind] = max(s[kind], int(r.seq))
+            if kind in ("nccl_error", "dist_backend_error", "remote_error", "teardown", "timeout"):
+                errors.append(dict(rank=rank, group=pg, kind=kind, seq=int(r.seq), file=log.path, line=int(r.line),
+                                   text=str(r.message)))
+        status.extend(st.values())
+    return seqs, status, errors
+
+
+def _log_ranks(logs: list) -> dict[int, list[Any]]:
+    """Global rank → the logs that speak for it (processes table, watchdog [rankN] tags)."""
+    out: dict[int, list[Any]] = {}
+    for log in logs:
+        ranks = set(_log_rank_map(log).values())
+        wd = getattr(log, "watchdog", None)
+        if wd is not None and not wd.empty:
+            ranks |= {_wd_rank(r) for r in wd.itertuples(index=False)} - {-1}
+        for r in ranks:
+            out.setdefault(r, []).append(log)
+    return out
+
+
+def gather(dumps: list, logs: list, world_size: int | None) -> HangInputs:
+    """Build the unified tables; resolve group membership where the inputs did not state it."""
+    groups: dict[str, Group] = {}
+    warnings: list[str] = []
+    s1, st1 = _fr_rows(dumps, groups, warnings)
+    s2 = _nccl_rows(logs, groups)
+    s3, st3, err = _watchdog_rows(logs, groups)
+    seqs = pd.DataFrame(s1 + s2 + s3, columns=SEQ_COLUMNS)
+    if not seqs.empty:  # the dump is the better witness of the same call than a watchdog line
+        seqs["_pri"] = seqs["source"].map({"flight_recorder": 0, "nccl_log": 1, "watchdog": 2})
+        seqs = seqs.sort_values(["_pri", "order"]).drop_duplicates(["group", "rank", "seq"]).drop(columns="_pri")
+        seqs = seqs.sort_values(["group", "rank", "seq"]).reset_index(drop=True)
+    status = pd.DataFrame(st1 + st3, columns=STATUS_COLUMNS)
+    dump_ranks = {d.rank for d in dumps if d.rank is not None}
+    log_ranks = _log_ranks(logs)
+    world = set(range(world_size)) if world_size else set()
+    world |= dump_ranks | set(log_ranks) | set(seqs["rank"].astype(int)) | set(status["rank"].astype(int))
+    for d in dumps:
+        for cfg in d.pg_config.values():
+            if cfg.get("ranks"):
+                world |= set(cfg["ranks"])
+    if not world_size and world:
+        world = set(range(max(world) + 1))
+    for g in groups.values():
+        if g.members is None and (g.key == "0" or g.desc == "default_pg"):
+            g.members, g.member_source = set(world), "world"
+        elif g.members is None:
+            seen = set(seqs.loc[seqs["group"] == g.key, "rank"]) | set(status.loc[status["group"] == g.key, "rank"])
+            g.members, g.member_source = {int(x) for x in seen}, "observed"
+    return HangInputs(seqs=seqs, status=status, groups=groups, world=world, dump_ranks=dump_ranks,
+                      log_ranks=log_ranks, errors=pd.DataFrame(err, columns=["rank", "group", "kind", "seq", "file",
+                                                                              "line", "text"]), warnings=warnings)
