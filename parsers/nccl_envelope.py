@@ -25,7 +25,7 @@ _MPI = re.compile(r"\[\d+,(?P<r>\d+)\]<std(?:out|err)>:")
 _TORCHRUN = re.compile(r"\[default(?P<r>\d+)\]:")
 _PTRANK = re.compile(r"\[rank(?P<r>\d+)\]:")
 _SRUN = re.compile(r"^\s*(?P<r>\d+): ")
-_RANKTAG = re.compile(r"^\s*\[(?P<r>\d+)\] ")
+_RANKTAG = re.compile(r"^\s*\[(?P<r>\d+)\] $")  # whole prefix only: `[1763]   1%|…` is a viewer line number
 _RAY = re.compile(r"\((?P<actor>[\w.:-]+) pid=(?P<pid>\d+)(?:, ip=(?P<ip>[\d.:a-fA-F]+))?\)")
 _PDSH = re.compile(r"^\s*(?P<h>[A-Za-z][\w.-]*): ")
 LAUNCHER_TS = re.compile(

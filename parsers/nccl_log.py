@@ -115,7 +115,8 @@ class _LineParser:
             return
         rec = classify_line(text)
         if self.pending is not None:
-            if rec is None and self._try_join(text):
+            cont = rec is None or (rec[0] == "pytorch" and not text.lstrip().startswith(("[", "(")))
+            if cont and self._try_join(text):
                 return
             self._flush()
         if _is_partial(rec):
@@ -158,6 +159,8 @@ class _LineParser:
             st.add_banner(lineno, text, rec[1])
         elif kind == "pytorch":
             rows = st.add_pytorch(lineno, rec[1], rec[2])
+            if any(r["kind"] == "timeout" and r["seq"] < 0 for r in rows):
+                st.cut.append((lineno, text[:120]))
             if rows and rows[-1]["kind"] == "last_error" and rows[-1]["message"].rstrip() == "Last error:":
                 self.last_error_row = rows[-1]
         elif kind == "tests_rank":

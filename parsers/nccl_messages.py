@@ -40,7 +40,7 @@ NET_IB = re.compile(
 )
 IB_DEV = re.compile(r"\[(?P<idx>\d+)\](?P<dev>[^:\s]+):(?P<port>\d+)/(?P<link>[A-Za-z]+)(?:/(?P<extra>\w+))?")
 IFACE = re.compile(r"(?:\[(?P<idx>\d+)\])?(?P<if>[^\s:\[]+):(?P<addr>\S+?)(?:<(?P<port>\d+)>)?(?=\s|$)")
-USING_NET = re.compile(r"^Using network (?P<net>.+?)\s*$")
+USING_NET = re.compile(r"^Using network (?P<net>\S+(?: \S+)*?)(?:\s{2,}.*)?\s*$")  # k9s pads with spaces
 ENV = re.compile(r"^(?P<var>[A-Z][A-Z0-9_]*) set by environment to (?P<val>.*)$")
 ENV_SET = re.compile(r"^(?P<var>NCCL_[A-Z0-9_]+) set to (?P<val>.*)$")
 COLL = re.compile(

@@ -354,8 +354,32 @@ class LogState:
                                result_code=-1))
 
     # ---------------------------------------------------------------- tables
+    def _unglue_hosts(self) -> dict[tuple[str, int], str]:
+        """Hosts like `12nodeB` come from a glued `…:11:12nodeB:21:22` fragment: map them to the real `nodeB`."""
+        fix = {}
+        for host, pid in list(self.procs):
+            if not host[:1].isdigit():
+                continue
+            for h2, p2 in self.procs:
+                if p2 == pid and h2 != host and host.endswith(h2) and host[: len(host) - len(h2)].isdigit():
+                    fix[(host, pid)] = h2
+                    src, dst = self.procs.pop((host, pid)), self.procs[(h2, pid)]
+                    for name in ("devs_main", "devs_any", "init_devs", "tags"):
+                        getattr(dst, name).update(getattr(src, name))
+                    dst.first_line = min(dst.first_line, src.first_line)
+                    break
+        return fix
+
     def build(self, n_lines: int, cls):
         """Resolve per-process identity and return the NcclLog."""
+        fix = self._unglue_hosts()
+        if fix:
+            self.comms = [dict(r, host=fix.get((r["host"], r["pid"]), r["host"])) for r in self.comms]
+            self.warns = [dict(r, host=fix.get((r["host"], r["pid"]), r["host"])) for r in self.warns]
+            self.conns = [[fix.get((r[0], r[1]), r[0])] + r[1:] for r in self.conns]
+            self.nets = [(fix.get((r[0], r[1]), r[0]),) + r[1:] for r in self.nets]
+            self.envs = [(fix.get((r[0], r[1]), r[0]),) + r[1:] for r in self.envs]
+            self.colls = [(fix.get((r[0], r[1]), r[0]),) + r[1:] for r in self.colls]
         comms = _frame(self.comms, COMM_COLUMNS)
         procs = self._processes(comms)
         if len(comms):

@@ -33,6 +33,7 @@ NCCL_ERR = re.compile(
 )
 NCCL_ERR_OLD = re.compile(r"NCCL Error (?P<code>\d+): (?P<reason>.+)$")
 ERR_DETAIL = re.compile(r"\b(?P<name>nccl[A-Z]\w*(?:Error|Usage|Argument)): ")
+PG_OPTION = re.compile(r"^\s*(?:NCCL_[A-Z_]+|TIMEOUT\(ms\)|USE_HIGH_PRIORITY_STREAM): \S+\s*$")
 TIMEOUT_OPT = re.compile(r"TIMEOUT\(ms\): (?P<ms>\d+)")
 _TEARDOWN = (
     "Some NCCL operations have failed or timed out", "To avoid data inconsistency",
@@ -112,7 +113,7 @@ def _kinds(body: str) -> dict[str, int]:
     out: dict[str, int] = {}
     if any(t in body for t in _TEARDOWN):
         out["teardown"] = -1
-    elif "Watchdog caught collective operation timeout" in body:
+    elif "Watchdog caught collective" in body or "milliseconds before timing out" in body:
         out["timeout"] = -1
     if "last " in body and " work: " in body:
         for lw in LAST_WORK.finditer(body):
@@ -130,7 +131,7 @@ def _kinds(body: str) -> dict[str, int]:
             out["watchdog_started"] = -1
         elif "ProcessGroupNCCL initialized with following options" in body or "ProcessGroupNCCL initialization options" in body:
             out["pg_init"] = -1
-        elif body.lstrip().startswith("TIMEOUT(ms): "):
+        elif PG_OPTION.match(body):
             out["pg_option"] = -1
         elif body.lstrip().startswith("Last error:"):
             out["last_error"] = -1
