@@ -1,0 +1,1 @@
+"""Deterministic discrete-event simulator of a distributed training job, with known truth (expected.json)."""
