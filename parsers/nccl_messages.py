@@ -130,7 +130,7 @@ def classify_message(msg: str, level: str) -> tuple[str, re.Match | None]:
         m = ERRCHAIN.match(msg)
         if m:
             return "errchain", m
-    if msg.startswith(("Ring ", "Channel ")):
+    if msg.startswith(("Ring ", "Channel ", "Tree ")):
         if RING_LIST.match(msg):
             return "ring_list", None
         if GRAPH_RING.match(msg):
