@@ -155,12 +155,34 @@ def _first_divergence(v: _GroupView) -> HangDiagnosis | None:
             d.kind = "lagging_rank" if stalled else "missing_rank"
             d.culprit_ranks = sorted(lack)
             last = {r: v.max_enq[r] for r in lack}
+            d.seq = min(s, min(last.values()) + 1)  # the first collective the culprit never issued
             d.cause = (f"rank(s) {sorted(lack)} never reached seq {s} (last enqueued {last}) while "
                        f"{sorted(have)} wait in it: " + ("a rank that stalled earlier" if stalled else
                                                          "the collective sits behind a rank-dependent branch or an "
                                                          "uneven number of batches"))
             return d
-    return None
+    return _status_lag(v)
+
+
+def _status_lag(v: _GroupView) -> HangDiagnosis | None:
+    """Without matching entries, a rank whose last enqueued seq (status lines) is below the group's is behind."""
+    enq = {r: v.max_enq[r] for r in v.present if v.max_enq[r] >= 0}
+    if len(enq) < 2 or len(set(enq.values())) < 2:
+        return None
+    top = max(enq.values())
+    lack = sorted(r for r, e in enq.items() if e < top)
+    s = min(enq[r] for r in lack) + 1
+    d = _mk(v, s, {})
+    d.kind = "lagging_rank" if any(top - enq[r] >= 2 or _own_work_stuck(v, r) for r in lack) else "missing_rank"
+    d.culprit_ranks = lack
+    d.source = str(next(iter(v.status.values())).source) if v.status else ""
+    for r in v.present:
+        st = v.status.get(r)
+        if st is not None:
+            d.evidence.append((str(st.file), None, f"rank {r} group {v.g.key}: last enqueued {st.last_enqueued}, "
+                                                   f"last completed {st.last_completed}"))
+    d.cause = f"rank(s) {lack} last enqueued {[enq[r] for r in lack]} while others reached {top}"
+    return d
 
 
 def _own_work_stuck(v: _GroupView, r: int) -> bool:
@@ -212,9 +234,16 @@ def _absent_rank_diag(v: _GroupView, absent: list[int], inp: HangInputs) -> Hang
     have = {r: v.rows[r].loc[s] for r in v.rows if s in v.rows[r].index}
     have = {r: (x.iloc[0] if isinstance(x, pd.DataFrame) else x) for r, x in have.items()}
     d = _mk(v, s, have)
+    err = set(inp.errors["rank"]) if not inp.errors.empty else set()
+    alive = [r for r in absent if r in inp.log_ranks and r not in err]
+    if alive and len(alive) == len(absent):
+        d.kind, d.culprit_ranks = "missing_rank", sorted(absent)
+        d.cause = (f"rank(s) {sorted(absent)} have logs but no record of this group's seq {s} while the others "
+                   "wait in it: they never joined")
+        return d
     d.kind, d.culprit_ranks = "crashed_rank", sorted(absent)
-    d.cause = (f"rank(s) {sorted(absent)} left no Flight Recorder dump or log for this group while the others wait "
-               f"in seq {s}: they most likely crashed or were killed before they could dump")
+    d.cause = (f"rank(s) {sorted(absent)} left no Flight Recorder dump or record for this group while the others "
+               f"wait in seq {s}: they most likely crashed or were killed before they could dump")
     return d
 
 
