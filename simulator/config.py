@@ -27,7 +27,7 @@ DEFAULTS: dict[str, Any] = {
     "model": {
         "layers": 4, "fwd_us": 400.0, "bwd_us": 800.0, "params_per_layer": 4_000_000,
         "activation_elems": 1_048_576, "dtype": "bf16", "grad_dtype": "f32", "optimizer_us": 300.0,
-        "input_bytes": 4_194_304, "jitter": 0.02,
+        "input_bytes": 4_194_304, "jitter": 0.02, "loss_us": None, "tail_us": 0.0,
     },
     "schedule": {
         "kind": "ddp", "microbatches": 1, "virtual_stages": 1, "bucket_mb": 25.0, "overlap": True,

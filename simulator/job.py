@@ -208,6 +208,14 @@ def expected(job: Job, files: dict, watchdog: dict) -> dict:
     for f in cfg["faults"]:
         e = {k: v for k, v in f.items() if k not in ("role",)}
         e.setdefault("ranks", _fault_ranks(job, f))
+        if f["kind"] == "tp_cross_host":
+            e["process_groups"] = sorted({job.topo.group_of("tp", r).name for r in e["ranks"]}, key=int)
+        elif f["kind"] in ("small_buckets", "no_overlap", "straggler", "uneven_last_batch") and "dp" in job.topo.by_role:
+            e["process_groups"] = sorted({job.topo.group_of("dp", r).name for r in e["ranks"]}, key=int)
+        elif f["kind"] == "moe_imbalance":
+            e["process_groups"] = sorted({job.topo.group_of("ep", r).name for r in e["ranks"]}, key=int)
+        if f["kind"] == "uneven_last_batch":
+            e["step"] = cfg["first_step"] + cfg["steps"] - 1
         faults.append(e)
     return {
         "schema_version": 1,
@@ -230,10 +238,16 @@ def expected(job: Job, files: dict, watchdog: dict) -> dict:
         "pipeline": [] if hung else truth.pipeline(eng),
         "collectives": colls,
         "p2p": p2p,
-        "hang": truth.hang(eng) if hung else None,
+        "hang": truth.hang(eng, _culprits(cfg)) if hung else None,
         "watchdog": {str(r): {k: v for k, v in w.items() if k != "lines"} for r, w in sorted(watchdog.items())},
         "faults": faults,
     }
+
+
+def _culprits(cfg: dict) -> list[int]:
+    kinds = ("mismatched_op", "mismatched_size", "mismatched_dtype", "extra_collective", "skipped_collective",
+             "stalled_rank", "crashed_rank")
+    return sorted({r for f in cfg["faults"] if f["kind"] in kinds for r in f["ranks"]})
 
 
 def _fault_ranks(job: Job, f: dict) -> list[int]:

@@ -21,6 +21,10 @@ ROUTER = ("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, c10::B
 EXPERT = "cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x4_tn_align8>(cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x4_tn_align8::Params)"
 LOSS = ("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, "
         "at::native::(anonymous namespace)::LogSoftMaxForwardEpilogue>(float*, float const*, int)")
+TAIL = ("void at::native::vectorized_elementwise_kernel<4, at::native::AUnaryFunctor<float, float, float, "
+        "at::native::binary_internal::MulFunctor<float> >, at::detail::Array<char*, 2> >(int, "
+        "at::native::AUnaryFunctor<float, float, float, at::native::binary_internal::MulFunctor<float> >, "
+        "at::detail::Array<char*, 2>)")
 ADAM = ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::TensorListMetadata<4>, "
         "at::native::(anonymous namespace)::FusedAdamMathFunctor<float, 4, (at::native::ADAM_MODE)1, false>, double*, double, "
         "double, double, double, double, bool, double*, double*>(at::native::(anonymous namespace)::TensorListMetadata<4>, "
@@ -154,6 +158,12 @@ class Builder:
         ops.append(("k", GEMM_B, self.dur(rank, step, b * 0.3), tag))
         self._tp(ops, rank, "post")
 
+    def loss(self, ops, rank, step, tag):
+        us = self.m["loss_us"]
+        us = self.m["fwd_us"] * 0.1 if us is None else us
+        if us:
+            ops.append(("k", LOSS, self.dur(rank, step, us), tag))
+
     def step_head(self, ops, rank, step):
         ops.append(("step", step))
         ops.append(("load", self.quant(self.cfg["cpu"]["dataload_us"] * 1000) + self.stall.get((rank, step), 0)))
@@ -218,7 +228,7 @@ class Builder:
         self.step_head(ops, r, s)
         for li in range(L):
             self.layer_fwd(ops, r, s)
-        ops.append(("k", LOSS, self.dur(r, s, self.m["fwd_us"] * 0.1), None))
+        self.loss(ops, r, s, None)
         dp = self.cfg["parallel"]["dp"]
         overlap = self.cfg["schedule"]["overlap"]
         bks = self.buckets([(li, self.params()) for li in reversed(range(L))]) if ddp and dp > 1 else []
@@ -229,6 +239,8 @@ class Builder:
                 handles += self.grad_sync(ops, r, li, bks, True)
         if not overlap and bks:
             handles += self.grad_sync(ops, r, None, bks, False)
+        if self.m["tail_us"]:
+            ops.append(("k", TAIL, self.dur(r, s, self.m["tail_us"]), None))
         self.step_tail(ops, r, s, handles)
 
     def fsdp_step(self, ops, r, s):
@@ -243,7 +255,7 @@ class Builder:
             if li + 1 < L:
                 ag[li + 1] = self._coll(ops, g, "allgather", P // dp, P, dt, True)
             self.layer_fwd(ops, r, s)
-        ops.append(("k", LOSS, self.dur(r, s, self.m["fwd_us"] * 0.1), None))
+        self.loss(ops, r, s, None)
         handles = []
         bg = [None] * L
         bg[L - 1] = self._coll(ops, g, "allgather", P // dp, P, dt, True)
@@ -301,7 +313,7 @@ class Builder:
                 for _ in range(per_chunk):
                     self.layer_fwd(ops, r, s, tag)
                 if vs == last_vs:
-                    ops.append(("k", LOSS, self.dur(r, s, self.m["fwd_us"] * 0.1), tag))
+                    self.loss(ops, r, s, tag)
                 else:
                     ops.append(("c", Coll(g.name, "send", n, n, dt, True, peer=g.ranks[(vs + 1) % p],
                                           tag=("act", vs, mb, s))))

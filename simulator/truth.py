@@ -114,7 +114,7 @@ def collectives(eng: Engine, local) -> tuple[list[dict], list[dict]]:
     return colls, p2p
 
 
-def hang(eng: Engine) -> dict | None:
+def hang(eng: Engine, culprits: list[int]) -> dict | None:
     """The first unresolved collective per process group: who arrived, who is missing, who disagreed."""
     if not eng.hung():
         return None
@@ -131,13 +131,14 @@ def hang(eng: Engine) -> dict | None:
     for r, c in first.calls.items():
         if r in first.arrivals:
             sigs.setdefault((c.op, c.in_n, c.dtype), []).append(r)
-    major = max(sigs.values(), key=len) if sigs else []
+    major = max(sigs.values(), key=lambda rs: (len(rs), not set(rs) & set(culprits))) if sigs else []
     mism = sorted(r for rs in sigs.values() if rs is not major for r in rs)
     arrived = sorted(first.arrivals)
     return {
         "process_group": first.key[1], "seq": first.key[2], "op": first.calls[major[0]].op if major else None,
         "arrived_ranks": arrived, "missing_ranks": sorted(set(first.members) - set(arrived)),
         "mismatched_ranks": mism, "waiting_ranks": sorted(set(arrived) - set(mism)),
+        "culprit_ranks": sorted(culprits),
         "stuck_instances": [{"process_group": i.key[1], "seq": i.key[2],
                              "missing_ranks": sorted(set(i.members) - set(i.arrivals))} for i in stuck],
     }
