@@ -68,7 +68,8 @@ def classify(path: Path) -> InputFile:
     if head[:1] == b"\x80" and (b"entries" in head or b"pg_config" in head):
         return InputFile(str(path), FR_DUMP, "pickle with Flight Recorder keys")
     stripped = head.lstrip()
-    if stripped[:1] in (b"{", b"["):
+    looks_json = stripped[:1] == b"{" or (stripped[:1] == b"[" and stripped[1:].lstrip()[:1] in (b"{", b"]"))
+    if looks_json:
         if b'"traceEvents"' in head or b'"schemaVersion"' in head or (
                 stripped[:1] == b"[" and b'"ph"' in head):
             return InputFile(str(path), KINETO, "JSON with traceEvents")

@@ -1,0 +1,38 @@
+"""The installed command on bundled data: the README's demo, JSON output, python -m analyzer."""
+import subprocess
+import sys
+
+import orjson
+
+from analyzer.cli import main
+from tests.conftest import CORPUS, ROOT
+
+
+def test_dlrm_set_reports_eight_ranks_with_step_metrics(capsys):
+    assert main([str(CORPUS / "param-dlrm_kineto"), "--format", "json", "--jobs", "2"]) in (0, 1)
+    rep = orjson.loads(capsys.readouterr().out)
+    assert rep["job"]["ranks"] == list(range(8)) and rep["job"]["missing_ranks"] == []
+    rows = rep["metrics"]["per_step"]
+    assert len(rows) == 8 and {r["step"] for r in rows} == {10}
+    # the catalogue says: ProfilerStep#10 of 12.5–19.9 ms on every rank
+    assert all(12_400 < r["step_time_us"] < 20_000 for r in rows)
+    assert all(0 < r["comm_share"] < 1 and r["compute_us"] > 0 for r in rows)
+    assert rep["inputs"]["read"] == 8
+
+
+def test_text_output_has_summary_and_table(capsys):
+    main([str(CORPUS / "param-dlrm_kineto"), "--jobs", "1"])
+    out = capsys.readouterr().out
+    assert out.startswith("analyze ") and "8 rank(s) of world size 8" in out
+    assert "per rank and step" in out and out.count("\n     ") >= 8
+
+
+def test_python_dash_m_and_version():
+    r = subprocess.run([sys.executable, "-m", "analyzer", "--version"], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0 and r.stdout.startswith("analyze ")
+
+
+def test_no_readable_input_exits_2(tmp_path, capsys):
+    (tmp_path / "a.txt").write_text("nothing here\n")
+    assert main([str(tmp_path)]) == 2
+    assert "no input could be read" in capsys.readouterr().err
