@@ -1,0 +1,54 @@
+"""The project's parser + metrics read every simulated trace and recover expected.json's per-rank step metrics."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from analyzer.metrics import rank_step_metrics
+from parsers.kineto import load_trace
+
+SIM = Path(__file__).resolve().parent.parent / "fixtures" / "sim"
+TRACED = sorted(p.name for p in SIM.iterdir() if (p / "rank0.pt.trace.json.gz").is_file())
+INT_COLS = ["start_ns", "end_ns", "step_time_ns", "compute_ns", "comm_ns", "exposed_comm_ns", "idle_ns", "memcpy_ns"]
+RATIOS = ["overlap_coverage", "comm_share", "exposed_comm_share"]
+
+
+@pytest.mark.parametrize("name", TRACED)
+def test_parser_metrics_equal_truth(name):
+    e = json.loads((SIM / name / "expected.json").read_text())
+    truth = {(m["rank"], m["step"]): m for m in e["rank_step_metrics"]}
+    seen = set()
+    for f in e["files"]["traces"]:
+        t = load_trace(SIM / name / f)
+        assert not t.warnings, t.warnings
+        assert t.meta["host"] == e["rank_host"][t.rank]
+        df = rank_step_metrics(t).rename(columns={"start": "start_ns", "end": "end_ns"})
+        for row in df.to_dict("records"):
+            want = truth[(row["rank"], row["step"])]
+            seen.add((row["rank"], row["step"]))
+            for c in INT_COLS:
+                assert int(row[c]) == want[c], (f, row["step"], c)
+            for c in RATIOS:
+                if want[c] is None:
+                    assert math.isnan(row[c])
+                else:
+                    assert row[c] == pytest.approx(want[c], abs=1e-11), (f, c)
+    assert seen == set(truth)
+
+
+@pytest.mark.parametrize("name", ["tp_pp_dp_1f1b_clean", "moe_clean", "fsdp_clean", "ddp_clean_old_format"])
+def test_parser_collectives_match_truth(name):
+    e = json.loads((SIM / name / "expected.json").read_text())
+    per_rank: dict = {}
+    for c in e["collectives"]:
+        for r, n in c["in_nelems"].items():
+            per_rank.setdefault(int(r), []).append((c["start_ns"][r], c["op"]))
+    for r in range(e["world_size"]):
+        t = load_trace(SIM / name / f"rank{r}.pt.trace.json.gz")
+        got = t.collectives[~t.collectives["op"].isin(["send", "recv", "sendrecv"])].sort_values("start")
+        want = sorted(per_rank.get(r, []))
+        assert list(got["start"]) == [s for s, _ in want]
+        assert list(got["op"]) == [o for _, o in want]
