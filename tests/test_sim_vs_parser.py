@@ -52,3 +52,20 @@ def test_parser_collectives_match_truth(name):
         want = sorted(per_rank.get(r, []))
         assert list(got["start"]) == [s for s, _ in want]
         assert list(got["op"]) == [o for _, o in want]
+
+
+def test_scale_mode_streams_repeated_steps_with_the_same_truth(tmp_path):
+    from simulator.scale import write_scale
+
+    write_scale(8, 0.4, tmp_path, gpus_per_host=4)
+    e = json.loads((tmp_path / "expected.json").read_text())
+    assert e["steps_per_rank"] > 1
+    for r in (0, 5):
+        t = load_trace(tmp_path / f"rank{r}.pt.trace.json.gz")
+        df = rank_step_metrics(t)
+        want = next(m for m in e["rank_step_metrics"] if m["rank"] == r)
+        assert len(df) == e["steps_per_rank"]
+        assert list(df["step"]) == list(range(want["step"], want["step"] + len(df)))
+        for c in ("step_time_ns", "compute_ns", "comm_ns", "exposed_comm_ns", "idle_ns", "memcpy_ns"):
+            assert (df[c] == want[c]).all(), c
+        assert (df["start"].diff().dropna() == e["step_period_ns"]).all()
