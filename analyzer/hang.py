@@ -115,10 +115,13 @@ class _GroupView:
             st = self.status.get(r)
             self.max_enq[r] = max(m, int(st.last_enqueued) if st is not None else -1)
 
-    def ops_from(self, r: int, s: int) -> list[str]:
-        """Ops of rank r from seq s on."""
+    def sigs_from(self, r: int, s: int) -> list[tuple]:
+        """(op, numel, dtype) signatures of rank r's collectives from seq s on."""
         df = self.rows.get(r)
-        return [] if df is None else list(df.loc[df["seq"] >= s, "op"])
+        if df is None:
+            return []
+        df = df[df["seq"] >= s]
+        return list(zip(df["op"], df["numel_in"], df["dtype"]))
 
 
 def _first_divergence(v: _GroupView) -> HangDiagnosis | None:
@@ -134,7 +137,9 @@ def _first_divergence(v: _GroupView) -> HangDiagnosis | None:
         if odd:
             d.kind, d.op = "mismatched_op", ref_op
             d.culprit_ranks = odd
-            _refine_op_mismatch(v, s, d, ref_op)
+            d.cause = (f"rank(s) {odd} called {sorted({d.ops[r] for r in odd})} where the others called {ref_op}: "
+                       "likely a collective inside a rank-dependent branch")
+            _refine_by_alignment(v, s, d)
             return d
         sizes = {r: int(x["numel_in"]) for r, x in have.items() if int(x["numel_in"]) >= 0}
         if len(set(sizes.values())) > 1:
@@ -142,6 +147,7 @@ def _first_divergence(v: _GroupView) -> HangDiagnosis | None:
             d.kind = "mismatched_size"
             d.cause = ("same collective with different element counts: typically an uneven last batch or a "
                        "rank-dependent shape")
+            _refine_by_alignment(v, s, d)
             return d
         dts = {r: str(x["dtype"]) for r, x in have.items() if str(x["dtype"])}
         if len(set(dts.values())) > 1:
@@ -206,23 +212,26 @@ def _mk(v: _GroupView, s: int, have: dict[int, Any]) -> HangDiagnosis:
     return d
 
 
-def _refine_op_mismatch(v: _GroupView, s: int, d: HangDiagnosis, ref_op: str) -> None:
-    """Tell an order swap, an extra or a skipped collective from a plain op mismatch by aligning sequences."""
+def _refine_by_alignment(v: _GroupView, s: int, d: HangDiagnosis) -> None:
+    """Tell a substitution from an order swap, an extra or a skipped collective by aligning (op, numel, dtype)."""
     good = [r for r in d.ops if r not in d.culprit_ranks]
-    ref = v.ops_from(good[0], s) if good else []
-    bad = [v.ops_from(r, s) for r in d.culprit_ranks]
+    ref = v.sigs_from(good[0], s) if good else []
+    bad = [v.sigs_from(r, s) for r in d.culprit_ranks]
+    if not ref or not all(bad):
+        return
+    if all(_aligned(b[1:], ref[1:]) for b in bad):
+        return  # one call replaced by another, the rest lines up: a plain mismatch
     if all(len(b) >= 2 and len(ref) >= 2 and b[0] == ref[1] and b[1] == ref[0] for b in bad):
         d.kind = "order_mismatch"
         d.cause = f"ranks issue the same collectives in a different order ({ref[:2]} vs {bad[0][:2]})"
     elif all(_aligned(b[1:], ref) for b in bad):
         d.kind = "extra_collective"
-        d.cause = f"rank(s) {d.culprit_ranks} issued an extra {bad[0][0]} that the others did not"
-    elif all(_aligned(b, ref[1:]) for b in bad):
+        d.cause = (f"rank(s) {d.culprit_ranks} issued an extra {bad[0][0][0]} of {bad[0][0][1]} elements that the "
+                   "others did not (a collective in a rank-only branch, e.g. logging on rank 0)")
+    elif all(_aligned(b, ref[1:]) or (ref[0] in b[1:]) for b in bad):
         d.kind = "skipped_collective"
-        d.cause = f"rank(s) {d.culprit_ranks} skipped the {ref_op} the others issued and moved on"
-    else:
-        d.cause = (f"rank(s) {d.culprit_ranks} called {sorted({d.ops[r] for r in d.culprit_ranks})} where the others "
-                   f"called {ref_op}: likely a collective inside a rank-dependent branch")
+        d.cause = (f"rank(s) {d.culprit_ranks} skipped the {ref[0][0]} of {ref[0][1]} elements the others wait in "
+                   "and moved on to the next ones (a conditional collective, or an uneven number of buckets/batches)")
 
 
 def _absent_rank_diag(v: _GroupView, absent: list[int], inp: HangInputs) -> HangDiagnosis | None:
@@ -231,10 +240,15 @@ def _absent_rank_diag(v: _GroupView, absent: list[int], inp: HangInputs) -> Hang
         return None
     last = {r: int(df["seq"].max()) for r, df in v.rows.items()}
     s = min(last.values())
+    done = [int(st.last_completed) + 1 for st in v.status.values() if int(st.last_completed) >= 0]
+    if done and min(done) < s:
+        s = min(done)  # the first collective some waiting rank did not complete
+    while s not in set().union(*[set(df.index) for df in v.rows.values()]) and s < max(last.values()):
+        s += 1
     have = {r: v.rows[r].loc[s] for r in v.rows if s in v.rows[r].index}
     have = {r: (x.iloc[0] if isinstance(x, pd.DataFrame) else x) for r, x in have.items()}
     d = _mk(v, s, have)
-    err = set(inp.errors["rank"]) if not inp.errors.empty else set()
+    err = (set(inp.errors["rank"]) if not inp.errors.empty else set()) | inp.warn_ranks
     alive = [r for r in absent if r in inp.log_ranks and r not in err]
     if alive and len(alive) == len(absent):
         d.kind, d.culprit_ranks = "missing_rank", sorted(absent)

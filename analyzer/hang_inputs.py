@@ -45,6 +45,7 @@ class HangInputs:
     world: set[int]
     dump_ranks: set[int]
     log_ranks: dict[int, list[Any]] = field(default_factory=dict)
+    warn_ranks: set[int] = field(default_factory=set)
     errors: pd.DataFrame = field(default_factory=pd.DataFrame)
     warnings: list[str] = field(default_factory=list)
 
@@ -153,9 +154,15 @@ def _watchdog_rows(logs: list, groups: dict[str, Group]) -> tuple[list[dict], li
         if wd is None or wd.empty:
             continue
         st: dict[tuple[str, int], dict] = {}
+        # timeout lines often lack the PG prefix; the status line of the same rank and failed seq carries it
+        fs = wd["failed_seq"] if "failed_seq" in wd else pd.Series([-1] * len(wd), index=wd.index)
+        pg_of = {(_wd_rank(r), int(f)): int(r.pg_id) for r, f in zip(wd.itertuples(index=False), fs)
+                 if int(r.pg_id) >= 0 and int(f) >= 0}
         for r in wd.itertuples(index=False):
             rank = _wd_rank(r)
-            pg = str(int(r.pg_id)) if str(r.pg_id).lstrip("-").isdigit() and int(r.pg_id) >= 0 else "0"
+            pid = int(r.pg_id) if str(r.pg_id).lstrip("-").isdigit() else -1
+            pid = pid if pid >= 0 else pg_of.get((rank, int(r.seq)), 0)
+            pg = str(pid)
             if rank < 0:
                 continue
             kind = str(r.kind)
@@ -177,6 +184,18 @@ def _watchdog_rows(logs: list, groups: dict[str, Group]) -> tuple[list[dict], li
                                    text=str(r.message)))
         status.extend(st.values())
     return seqs, status, errors
+
+
+def _warn_ranks(logs: list) -> set[int]:
+    """Global ranks whose own log holds NCCL WARN lines (a rank that failed rather than one that wandered off)."""
+    out: set[int] = set()
+    for log in logs:
+        w = getattr(log, "warns", None)
+        if w is None or w.empty or "host" not in w:
+            continue
+        rmap = _log_rank_map(log)
+        out |= {rmap[(h, int(p))] for h, p in zip(w["host"], w["pid"]) if (h, int(p)) in rmap}
+    return out
 
 
 def _log_ranks(logs: list) -> dict[int, list[Any]]:
@@ -222,5 +241,5 @@ def gather(dumps: list, logs: list, world_size: int | None) -> HangInputs:
             seen = set(seqs.loc[seqs["group"] == g.key, "rank"]) | set(status.loc[status["group"] == g.key, "rank"])
             g.members, g.member_source = {int(x) for x in seen}, "observed"
     return HangInputs(seqs=seqs, status=status, groups=groups, world=world, dump_ranks=dump_ranks,
-                      log_ranks=log_ranks, errors=pd.DataFrame(err, columns=["rank", "group", "kind", "seq", "file",
+                      log_ranks=log_ranks, warn_ranks=_warn_ranks(logs), errors=pd.DataFrame(err, columns=["rank", "group", "kind", "seq", "file",
                                                                               "line", "text"]), warnings=warnings)
