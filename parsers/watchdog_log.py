@@ -9,7 +9,7 @@ import re
 # Cheap substring guards: a line reaches the regexes only if it contains one of these.
 PT_MARKERS = (
     "NCCL", "nccl", "atchdog", "WorkNCCL", "DistBackendError", "data inconsistency", "Last error", "ProcessGroup",
-    "TIMEOUT(ms)", "[PG ",
+    "TIMEOUT(ms)", "[PG ", "Error: ", "Exception: ",
 )
 PT_PREFIX = re.compile(
     r"(?:\[rank(?P<grank>\d+)\]:)?\[(?P<sev>[EWIF])(?:(?P<mmdd>\d{3,4}) (?P<time>\d{2}:\d{2}:\d{2}\.\d+))?"
@@ -34,6 +34,8 @@ NCCL_ERR = re.compile(
 NCCL_ERR_OLD = re.compile(r"NCCL Error (?P<code>\d+): (?P<reason>.+)$")
 ERR_DETAIL = re.compile(r"\b(?P<name>nccl[A-Z]\w*(?:Error|Usage|Argument)): ")
 PG_OPTION = re.compile(r"^\s*(?:NCCL_[A-Z_]+|TIMEOUT\(ms\)|USE_HIGH_PRIORITY_STREAM): \S+\s*$")
+# A Python exception line (e.g. a crashed rank's `RuntimeError: CUDA error: …`), after any launcher prefix.
+EXC = re.compile(r"(?:^|(?<=[\s:>\]|]))(?P<exc>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)): ")
 TIMEOUT_OPT = re.compile(r"TIMEOUT\(ms\): (?P<ms>\d+)")
 _TEARDOWN = (
     "Some NCCL operations have failed or timed out", "To avoid data inconsistency",
@@ -69,7 +71,10 @@ def parse_pytorch_line(text: str) -> tuple[str, list[dict]]:
         sev, ts = "", ""
     kinds = _kinds(body)
     if not kinds:
-        return prefix, []
+        e = EXC.search(text) if ("Error: " in text or "Exception: " in text) else None
+        if e is None or m is not None:
+            return prefix, []
+        prefix, body, kinds = text[: e.start()], text[e.start():], {"exception": -1}
     base = {"global_rank": grank, "severity": sev, "timestamp": ts, "message": body.strip(),
             "pg_id": -1, "pg_guid": "", "pg_desc": "", "rank": -1, "seq": -1, "failed_seq": -1, "op_type": "",
             "numel_in": -1, "numel_out": -1, "timeout_ms": -1, "ran_for_ms": -1, "nccl_version": ""}

@@ -144,3 +144,14 @@ def test_pg_init_options_single_line():
             "TIMEOUT(ms): 600000, USE_HIGH_PRIORITY_STREAM: 0")
     r = parse_nccl_lines([line]).watchdog.iloc[0]
     assert (r["kind"], r["timeout_ms"], r["pg_id"]) == ("pg_init", 600000, 0)
+
+
+def test_python_exception_of_a_crashed_rank():
+    lines = ["[default3]:Traceback (most recent call last):",
+             "[default3]:RuntimeError: CUDA error: an illegal memory access was encountered",
+             "[rank5]:[E ProcessGroupNCCL.cpp:1] [Rank 5] NCCL watchdog thread started!"]
+    wd = parse_nccl_lines(lines).watchdog
+    assert list(wd["kind"]) == ["exception", "watchdog_started"]
+    e = wd.iloc[0]
+    assert (e["launcher_rank"], e["line"]) == (3, 2)
+    assert e["message"] == "RuntimeError: CUDA error: an illegal memory access was encountered"
