@@ -1,86 +1,221 @@
-"""Terminal output: summary, findings, the per-rank × step table, then what could not be read."""
+"""Terminal output: summary and verdict first, then the ranked findings, then the key tables."""
 from __future__ import annotations
 
 from typing import Any, Optional
 
+from analyzer.render.common import (cost_text, evidence_texts, ms, num, pct, ranges,  # noqa: F401 (ranges re-exported)
+                                    subject_text)
 
-def ranges(values: list[int]) -> str:
-    """[0,1,2,5,7,8] → '0-2,5,7-8' (long rank lists stay readable)."""
-    vals = sorted(set(values))
-    out, i = [], 0
-    while i < len(vals):
-        j = i
-        while j + 1 < len(vals) and vals[j + 1] == vals[j] + 1:
-            j += 1
-        out.append(str(vals[i]) if i == j else f"{vals[i]}-{vals[j]}")
-        i = j + 1
-    return ",".join(out)
+_COLORS = {"error": "\033[1;31m", "warning": "\033[1;33m", "info": "\033[36m", "ok": "\033[1;32m",
+           "bold": "\033[1m", "dim": "\033[2m"}
+_RESET = "\033[0m"
+MAX_EVIDENCE = 4
+MAX_STEP_ROWS = 64
 
 
-def _pct(x: Optional[float]) -> str:
-    return "-" if x is None else f"{100 * x:5.1f}%"
+class _Painter:
+    """Wraps text in ANSI colours when enabled (a TTY without NO_COLOR), else returns it unchanged."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+
+    def __call__(self, style: str, text: str) -> str:
+        return f"{_COLORS[style]}{text}{_RESET}" if self.enabled and style in _COLORS else text
 
 
-def _ms(us: Optional[float]) -> str:
-    return "-" if us is None else f"{us / 1000:9.3f}"
+def table(headers: list[str], rows: list[list[str]], indent: str = "  ") -> list[str]:
+    """Right-aligned plain-text table (first column left-aligned)."""
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
+
+    def fmt(cells: list[str]) -> str:
+        return indent + "  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                                  for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+    return [fmt(headers), indent + "  ".join("-" * w for w in widths)] + [fmt(r) for r in rows]
 
 
-def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
-    line = "  ".join(h.rjust(w) for h, w in zip(headers, widths))
-    out = [line, "  ".join("-" * w for w in widths)]
-    out += ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in rows]
+def _summary(report: dict, paint: _Painter) -> list[str]:
+    out: list[str] = []
+    job = report.get("job") or {}
+    s = job.get("summary") or {}
+    inputs = report.get("inputs") or {}
+    cr = report.get("cross_rank") or {}
+    ranks = job.get("ranks") or []
+    head = f"analyze {report.get('tool', {}).get('version', '?')}: {len(ranks)} rank(s)"
+    if job.get("world_size"):
+        head += f" of world size {job['world_size']}"
+    hosts = sorted(set(((cr.get("hosts") or {}).get("rank_to_host") or {}).values()))
+    if hosts:
+        head += f" on {len(hosts)} host(s)"
+    steps = s.get("steps") or []
+    if steps:
+        head += ", whole trace (no ProfilerStep)" if steps == [-1] else f", steps {ranges(steps)}"
+    out.append(paint("bold", head))
+    shape = _shape(report)
+    if shape:
+        out.append(f"job shape: {shape}")
+    out.append(f"inputs: {inputs.get('read', 0)} read, {inputs.get('salvaged', 0)} salvaged, "
+               f"{inputs.get('skipped', 0)} skipped, {inputs.get('failed', 0)} failed")
+    if job.get("missing_ranks"):
+        out.append(paint("warning", f"missing ranks: {ranges(job['missing_ranks'])}"))
+    if s.get("mean_step_time_us") is not None:
+        out.append(f"step: mean {ms(s.get('mean_step_time_us'))} ms, spread {pct(s.get('max_step_time_spread'))}; "
+                   f"comm share {pct(s.get('comm_share'))}, overlap coverage {pct(s.get('overlap_coverage'))}, "
+                   f"exposed comm {pct(s.get('exposed_comm_share'))}, idle {pct(s.get('idle_share'))}")
+    verdict = report.get("verdict")
+    if verdict:
+        style = "error" if verdict.startswith("FAIL") else "warning" if verdict.startswith("WARN") else "ok"
+        out.append("verdict: " + paint(style, verdict))
     return out
 
 
-def render_text(report: dict[str, Any], color: bool = False) -> str:
-    """Human-readable report for a terminal or a CI log."""
-    out: list[str] = []
-    job = report["job"]
-    s = job.get("summary") or {}
-    inputs = report["inputs"]
-    world = job.get("world_size")
-    ranks = job.get("ranks") or []
-    head = f"analyze {report['tool']['version']}: {len(ranks)} rank(s)"
-    if world:
-        head += f" of world size {world}"
-    if s.get("steps"):
-        head += f", steps {ranges(s['steps'])}" if s["steps"] != [-1] else ", whole trace (no ProfilerStep)"
-    out.append(head)
-    out.append(f"inputs: {inputs['read']} read, {inputs['salvaged']} salvaged, {inputs['skipped']} skipped, "
-               f"{inputs['failed']} failed")
-    if job.get("missing_ranks"):
-        out.append(f"missing ranks: {ranges(job['missing_ranks'])}")
-    if s:
-        out.append(
-            f"job: mean step {_ms(s.get('mean_step_time_us')).strip()} ms, comm share {_pct(s.get('comm_share')).strip()}, "
-            f"overlap coverage {_pct(s.get('overlap_coverage')).strip()}, exposed comm "
-            f"{_pct(s.get('exposed_comm_share')).strip()}, idle {_pct(s.get('idle_share')).strip()}")
-    verdict = report.get("verdict")
-    if verdict:
-        out.append(f"verdict: {verdict}")
+def _shape(report: dict) -> str:
+    """'tp=2 pp=2 dp=2 (pipeline 1f1b, p=2 m=4)' from the process-group roles, '' when unknown."""
+    cr = report.get("cross_rank") or {}
+    sizes: dict[str, int] = {}
+    for g in cr.get("process_groups") or []:
+        role = g.get("role")
+        if role in ("tp", "dp", "fsdp", "pp", "ep") and g.get("size"):
+            sizes[role] = max(sizes.get(role, 0), int(g["size"]))
+    parts = [f"{k}={v}" for k, v in sizes.items()]
+    pipe = cr.get("pipeline") or {}
+    if pipe.get("detected"):
+        parts.append(f"(pipeline {pipe.get('schedule', 'unknown')}, p={pipe.get('p')} m={pipe.get('m')})")
+    return " ".join(parts)
+
+
+def _findings(report: dict, paint: _Painter) -> list[str]:
     findings = report.get("findings") or []
-    if findings:
+    if not findings:
+        return []
+    out = ["", paint("bold", f"findings ({len(findings)}, worst first):")]
+    for i, f in enumerate(findings, 1):
+        sev = str(f.get("severity", "?"))
+        subj = subject_text(f)
+        line = f"{i:>2}. {paint(sev, sev.upper())} {f.get('id', '')} {f.get('title', '')}"
+        out.append(line + (f"  [{subj}]" if subj else ""))
+        ev = evidence_texts(f)
+        for e in ev[:MAX_EVIDENCE]:
+            out.append(f"      - {e}")
+        if len(ev) > MAX_EVIDENCE:
+            out.append(f"      - ... {len(ev) - MAX_EVIDENCE} more (see --format json)")
+        extra = [x for x in (cost_text(f), f"confidence {f['confidence']:.0%}" if f.get("confidence") is not None
+                             else "") if x]
+        if extra:
+            out.append("      " + paint("dim", "; ".join(extra)))
+        if f.get("fix"):
+            out.append(f"      fix: {f['fix']}")
+    return out
+
+
+def _hang(report: dict, paint: _Painter) -> list[str]:
+    hang = report.get("hang") or {}
+    if hang.get("status") != "hang":
+        return []
+    out = ["", paint("error", "hang post-mortem:")]
+    for d in hang.get("diagnoses") or []:
+        out.append(f"  - {d.get('kind')}: group {d.get('process_group')} seq {d.get('seq')} op {d.get('op')}; "
+                   f"culprit ranks {ranges(d.get('culprit_ranks') or []) or '-'}, "
+                   f"waiting {ranges(d.get('waiting_ranks') or []) or '-'}")
+        if d.get("cause"):
+            out.append(f"    cause: {d['cause']}")
+    return out
+
+
+def _per_rank(report: dict) -> list[str]:
+    rows = (report.get("metrics") or {}).get("per_rank") or []
+    if not rows:
+        return []
+    strag = {r["rank"]: r for r in ((report.get("cross_rank") or {}).get("stragglers") or {}).get("per_rank") or []}
+    headers = ["rank", "steps", "step ms", "comm%", "exposed%", "overlap", "idle%"]
+    if strag:
+        headers += ["last%", "wait imposed ms"]
+    body = []
+    for r in rows:
+        cells = [str(r.get("rank")), num(r.get("steps")), ms(r.get("mean_step_time_us")), pct(r.get("comm_share")),
+                 pct(r.get("exposed_comm_share")), pct(r.get("overlap_coverage")), pct(r.get("idle_share"))]
+        if strag:
+            s = strag.get(r.get("rank"), {})
+            cells += [pct(s.get("pct_last")), ms(s.get("wait_imposed_us"))]
+        body.append(cells)
+    return ["", "per rank (mean over steps):"] + table(headers, body)
+
+
+def _per_step(report: dict) -> list[str]:
+    rows = (report.get("metrics") or {}).get("per_step") or []
+    if not rows or len(rows) <= len((report.get("metrics") or {}).get("per_rank") or []):
+        return []  # one step per rank: the per-rank table already says it all
+    if len(rows) > MAX_STEP_ROWS:
+        return ["", f"per rank and step: {len(rows)} rows, see --format markdown/html/json"]
+    headers = ["rank", "step", "step ms", "compute", "comm", "exposed", "overlap", "comm%", "idle", "memcpy"]
+    body = [[str(r["rank"]), "all" if r["step"] == -1 else str(r["step"]), ms(r.get("step_time_us")),
+             ms(r.get("compute_us")), ms(r.get("comm_us")), ms(r.get("exposed_comm_us")),
+             pct(r.get("overlap_coverage")), pct(r.get("comm_share")), ms(r.get("idle_us")), ms(r.get("memcpy_us"))]
+            for r in rows]
+    return ["", "per rank and step (times in ms):"] + table(headers, body)
+
+
+def _groups(report: dict) -> list[str]:
+    cr = report.get("cross_rank") or {}
+    groups = cr.get("process_groups") or []
+    out = []
+    if groups:
+        body = [[str(g.get("name", "")), str(g.get("role", "")), str(g.get("size", "")),
+                 ranges(g.get("ranks") or []), str(g.get("span", "")),
+                 ", ".join(f"{k}×{v}" for k, v in (g.get("ops") or {}).items())] for g in groups]
+        out += ["", "process groups:"] + table(["group", "role", "size", "ranks", "span", "ops"], body)
+    coll = (cr.get("collectives") or {}).get("by_group_op") or []
+    if coll:
+        body = [[str(c.get("process_group", "")), str(c.get("op", "")), num(c.get("count")),
+                 num(c.get("bytes")), ms(c.get("mean_transfer_us")), num(c.get("mean_busbw_gbps")),
+                 str(c.get("link_class", ""))] for c in coll]
+        out += ["", "collectives:"] + table(["group", "op", "count", "bytes", "transfer ms", "busbw GB/s", "link"],
+                                           body)
+    pipe = cr.get("pipeline") or {}
+    if pipe.get("detected"):
+        out += ["", f"pipeline: {pipe.get('schedule')} p={pipe.get('p')} m={pipe.get('m')}, bubble "
+                    f"{pct(pipe.get('mean_bubble_rate'))} (theory {pct(pipe.get('theoretical_bubble'))})"]
+    return out
+
+
+def _baseline(report: dict, paint: _Painter) -> list[str]:
+    b = report.get("baseline") or {}
+    if not b.get("metrics"):
+        return []
+    body = []
+    for m in b["metrics"]:
+        ch = m.get("change")
+        mark = "REGRESSED" if m.get("regressed") else ""
+        body.append([str(m.get("name")), num(m.get("baseline"), 4), num(m.get("current"), 4),
+                     "-" if ch is None else f"{100 * ch:+.1f}%", "-" if m.get("threshold") is None else
+                     f"{100 * m['threshold']:+.0f}%", mark])
+    lines = table(["metric", "baseline", "current", "change", "threshold", ""], body)
+    lines = [paint("error", ln) if ln.rstrip().endswith("REGRESSED") else ln for ln in lines]
+    return ["", f"baseline: {b.get('source')}"] + lines
+
+
+def _problems(report: dict) -> list[str]:
+    inputs = report.get("inputs") or {}
+    problems = [f for f in inputs.get("files") or [] if f.get("status") != "read"]
+    out = []
+    if problems or report.get("warnings"):
         out.append("")
-        out.append("findings:")
-        for i, f in enumerate(findings, 1):
-            out.append(f"  {i}. [{f.get('severity', '?')}] {f.get('id', '')} {f.get('title', '')}")
-    rows = report["metrics"]["per_step"]
-    if rows:
-        out.append("")
-        out.append("per rank and step (times in ms):")
-        headers = ["rank", "step", "step", "compute", "comm", "exposed", "overlap", "comm%", "idle", "memcpy"]
-        body = [[str(r["rank"]), "all" if r["step"] == -1 else str(r["step"]), _ms(r["step_time_us"]),
-                 _ms(r["compute_us"]), _ms(r["comm_us"]), _ms(r["exposed_comm_us"]),
-                 _pct(r["overlap_coverage"]), _pct(r["comm_share"]), _ms(r["idle_us"]), _ms(r["memcpy_us"])]
-                for r in rows]
-        out += ["  " + line for line in _table(headers, body)]
-    problems = [f for f in inputs["files"] if f["status"] != "read"]
-    if problems:
-        out.append("")
-        for f in problems:
-            out.append(f"{f['status']}: {f['path']}: {f['message']}")
+    for f in problems:
+        out.append(f"{f['status']}: {f['path']}: {f.get('message', '')}")
     for w in report.get("warnings") or []:
         if not any(w == f.get("message") for f in problems):
             out.append(f"warning: {w}")
+    return out
+
+
+def render_text(report: dict[str, Any], color: bool = False, verbose: Optional[bool] = None) -> str:
+    """Human-readable report for a terminal or a CI log (ANSI colours only when ``color``)."""
+    paint = _Painter(color)
+    out = _summary(report, paint)
+    out += _findings(report, paint)
+    out += _hang(report, paint)
+    out += _baseline(report, paint)
+    out += _per_rank(report)
+    out += _per_step(report)
+    out += _groups(report)
+    out += _problems(report)
     return "\n".join(out) + "\n"

@@ -1,0 +1,205 @@
+"""Compare a report against an earlier run (a folder analysed the same way, or a saved JSON report).
+
+Regressions beyond a threshold become findings, so `analyze traces/ --baseline main-traces/` fails CI on a
+slowdown. Thresholds (docs/json-schema.md, `baseline`): relative for times and bandwidths, absolute (fraction
+points) for shares.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import orjson
+
+from analyzer.render.common import severity_rank
+
+REPORT_SCHEMA = "dtrace-analyzer/report"
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One compared quantity: how to read it, which way is worse, the threshold and the severity of a regression."""
+
+    name: str
+    kind: str          # "relative" (change = cur/base − 1) | "absolute" (change = cur − base)
+    worse: int         # +1: higher is worse; −1: lower is worse
+    threshold: float   # magnitude of a change in the worse direction that counts as a regression
+    severity: str
+    rule: str
+    title: str
+
+
+DEFAULT_METRICS = (
+    Metric("step_time", "relative", +1, 0.05, "error", "BASE001", "Step time regressed against the baseline"),
+    Metric("comm_time", "relative", +1, 0.10, "warning", "BASE002", "Communication time regressed"),
+    Metric("comm_share", "absolute", +1, 0.05, "warning", "BASE002", "Communication share of the step grew"),
+    Metric("exposed_comm_share", "absolute", +1, 0.05, "warning", "BASE002", "Exposed communication grew"),
+    Metric("overlap_coverage", "absolute", -1, 0.10, "warning", "BASE002", "Compute/comm overlap dropped"),
+    Metric("bubble_rate", "absolute", +1, 0.05, "warning", "BASE002", "Pipeline bubble grew"),
+    Metric("busbw", "relative", -1, 0.10, "warning", "BASE003", "Collective bus bandwidth dropped"),
+)
+DEFAULT_THRESHOLDS = {m.name: m.threshold for m in DEFAULT_METRICS}
+
+
+class BaselineError(Exception):
+    """The baseline could not be read (message names the path and the reason)."""
+
+
+def is_report_file(path: Path) -> Optional[dict]:
+    """The parsed report when ``path`` is a saved `--format json` report, else None."""
+    if not path.is_file() or path.suffix.lower() != ".json":
+        return None
+    try:
+        data = orjson.loads(path.read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) and data.get("schema") == REPORT_SCHEMA else None
+
+
+def load_baseline(source: str, analyse: Callable[[list[str]], dict]) -> dict:
+    """The baseline report: a saved JSON report as is, or ``analyse([source])`` for a folder / trace files."""
+    p = Path(source)
+    if not p.exists():
+        raise BaselineError(f"{source}: baseline not found")
+    saved = is_report_file(p)
+    if saved is not None:
+        return saved
+    report = analyse([source])
+    if not report.get("ranks") and not (report.get("metrics") or {}).get("per_step"):
+        raise BaselineError(f"{source}: no trace in the baseline could be read")
+    return report
+
+
+def _mean(values: list[Optional[float]]) -> Optional[float]:
+    vals = [v for v in values if v is not None]
+    return sum(vals) / len(vals) if vals else None
+
+
+def _job_values(report: dict) -> dict[str, Optional[float]]:
+    s = (report.get("job") or {}).get("summary") or {}
+    per_step = (report.get("metrics") or {}).get("per_step") or []
+    pipe = (report.get("cross_rank") or {}).get("pipeline") or {}
+    return {
+        "step_time": s.get("mean_step_time_us"),
+        "comm_time": _mean([r.get("comm_us") for r in per_step]),
+        "comm_share": s.get("comm_share"),
+        "exposed_comm_share": s.get("exposed_comm_share"),
+        "overlap_coverage": s.get("overlap_coverage"),
+        "bubble_rate": pipe.get("mean_bubble_rate") if pipe.get("detected") else None,
+    }
+
+
+def _busbw(report: dict) -> dict[tuple[str, str], dict]:
+    rows = ((report.get("cross_rank") or {}).get("collectives") or {}).get("by_group_op") or []
+    return {(str(r.get("process_group")), str(r.get("op"))): r for r in rows if r.get("mean_busbw_gbps")}
+
+
+def _row(m: Metric, name: str, cur: Optional[float], base: Optional[float], threshold: float) -> dict:
+    change = None
+    if cur is not None and base is not None:
+        if m.kind == "relative":
+            change = (cur / base - 1.0) if base else None
+        else:
+            change = cur - base
+    regressed = change is not None and change * m.worse > threshold
+    return {"name": name, "metric": m.name, "current": cur, "baseline": base, "change": change, "kind": m.kind,
+            "threshold": threshold * m.worse, "regressed": bool(regressed), "severity": m.severity}
+
+
+def compare(current: dict, baseline: dict, source: str,
+            thresholds: Optional[dict[str, float]] = None) -> dict:
+    """The `baseline` section: each metric's current and baseline value, change, threshold and verdict."""
+    th = dict(DEFAULT_THRESHOLDS)
+    th.update(thresholds or {})
+    cur_v, base_v = _job_values(current), _job_values(baseline)
+    rows = []
+    for m in DEFAULT_METRICS:
+        if m.name == "busbw":
+            continue
+        if cur_v[m.name] is None and base_v[m.name] is None:
+            continue
+        rows.append(_row(m, m.name, cur_v[m.name], base_v[m.name], th[m.name]))
+    bw = next(m for m in DEFAULT_METRICS if m.name == "busbw")
+    cur_bw, base_bw = _busbw(current), _busbw(baseline)
+    for key in sorted(set(cur_bw) & set(base_bw)):
+        rows.append(_row(bw, f"busbw {key[1]} {key[0]}", cur_bw[key]["mean_busbw_gbps"],
+                         base_bw[key]["mean_busbw_gbps"], th["busbw"]))
+    return {"source": source, "thresholds": th, "metrics": rows,
+            "regressions": sum(1 for r in rows if r["regressed"])}
+
+
+def _describe(row: dict) -> str:
+    def v(x: Optional[float]) -> str:
+        if x is None:
+            return "-"
+        if row["metric"] in ("step_time", "comm_time"):
+            return f"{x / 1000:.3f} ms"
+        if row["metric"] == "busbw":
+            return f"{x:.2f} GB/s"
+        return f"{100 * x:.1f}%"
+    ch = row["change"]
+    change = f"{100 * ch:+.1f}%" if row["kind"] == "relative" else f"{100 * ch:+.1f} points"
+    limit = (f"{100 * row['threshold']:+.0f}%" if row["kind"] == "relative"
+             else f"{100 * row['threshold']:+.0f} points")
+    return f"{row['name']}: {v(row['baseline'])} → {v(row['current'])} ({change}; threshold {limit})"
+
+
+def regression_findings(section: dict) -> list[dict]:
+    """Findings (report contract) for the regressed metrics: one per rule id, its evidence one line per metric."""
+    by_rule: dict[str, list[tuple[Metric, dict]]] = {}
+    metrics = {m.name: m for m in DEFAULT_METRICS}
+    for row in section["metrics"]:
+        if row["regressed"]:
+            m = metrics[row["metric"]]
+            by_rule.setdefault(m.rule, []).append((m, row))
+    out = []
+    for rule, items in sorted(by_rule.items()):
+        m0, row0 = items[0]
+        cost = None
+        if row0["metric"] == "step_time" and row0["current"]:
+            cost = (row0["current"] - row0["baseline"]) / row0["current"]
+        title = m0.title if len(items) == 1 else f"{m0.title} (and {len(items) - 1} more metric(s))"
+        out.append({
+            "id": rule, "title": title, "severity": m0.severity, "confidence": 0.9,
+            "subject": {"ranks": [], "process_group": None, "step": None, "collective": None},
+            "evidence": [{"text": _describe(r), "file": None, "line": None} for _, r in items]
+                        + [{"text": f"baseline: {section['source']}", "file": None, "line": None}],
+            "cost": cost,
+            "fix": "Compare the two runs' per-rank tables and timelines (--html); bisect the change between them "
+                   "(code, NCCL/driver version, topology, link health). Raise --regression-threshold only for "
+                   "known, accepted noise.",
+            "consequences": [], "rule_doc": __doc__.strip().splitlines()[0],
+        })
+    return out
+
+
+def rank_findings(findings: list[dict]) -> list[dict]:
+    """Severity, then estimated cost (higher first), then confidence (higher first)."""
+    return sorted(findings, key=lambda f: (severity_rank(f.get("severity")), -(f.get("cost") or 0.0),
+                                           -(f.get("confidence") or 0.0)))
+
+
+def apply_baseline(report: dict, baseline: dict, source: str,
+                   thresholds: Optional[dict[str, float]] = None) -> dict:
+    """Add the `baseline` section and its regression findings to ``report`` (in place; returned for chaining)."""
+    from analyzer.analysis import verdict
+
+    section = compare(report, baseline, source, thresholds)
+    report["baseline"] = section
+    report["findings"] = rank_findings(list(report.get("findings") or []) + regression_findings(section))
+    report["verdict"] = verdict(report["findings"])
+    return report
+
+
+def parse_threshold(text: str) -> tuple[str, float]:
+    """'step_time=0.05' or 'busbw=10%' → ('step_time', 0.05); raises ValueError with the valid names."""
+    name, sep, value = text.partition("=")
+    name = name.strip()
+    if not sep or name not in DEFAULT_THRESHOLDS:
+        raise ValueError(f"expected NAME=VALUE with NAME one of {', '.join(DEFAULT_THRESHOLDS)}; got {text!r}")
+    value = value.strip()
+    v: Any = float(value[:-1]) / 100 if value.endswith("%") else float(value)
+    if v < 0:
+        raise ValueError(f"threshold must be >= 0: {text!r}")
+    return name, v

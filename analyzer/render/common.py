@@ -1,0 +1,169 @@
+"""Helpers every renderer shares: severity order and --fail-on, finding locations, number formatting."""
+from __future__ import annotations
+
+from typing import Any, Iterable, Optional
+
+SEVERITIES = ("error", "warning", "info")
+FAIL_ON = ("error", "warning", "never")
+_RANK = {"error": 0, "warning": 1, "info": 2}
+
+
+def severity_rank(sev: Optional[str]) -> int:
+    """0 for error, 1 warning, 2 info, 3 anything else (sorts the worst first)."""
+    return _RANK.get(sev or "", 3)
+
+
+def fails(finding: dict, fail_on: str) -> bool:
+    """Does this finding reach the --fail-on level (error | warning | never)?"""
+    if fail_on == "never":
+        return False
+    return severity_rank(finding.get("severity")) <= _RANK[fail_on]
+
+
+def failing(report: dict, fail_on: str) -> list[dict]:
+    """The findings that make the run fail at this --fail-on level."""
+    return [f for f in report.get("findings") or [] if fails(f, fail_on)]
+
+
+def ranges(values: Iterable[int]) -> str:
+    """[0,1,2,5,7,8] → '0-2,5,7-8' (long rank lists stay readable)."""
+    vals = sorted(set(int(v) for v in values))
+    out, i = [], 0
+    while i < len(vals):
+        j = i
+        while j + 1 < len(vals) and vals[j + 1] == vals[j] + 1:
+            j += 1
+        out.append(str(vals[i]) if i == j else f"{vals[i]}-{vals[j]}")
+        i = j + 1
+    return ",".join(out)
+
+
+def pct(x: Optional[float], width: int = 0) -> str:
+    """Fraction → '12.3%' ('-' when unknown)."""
+    return "-".rjust(width) if x is None else f"{100 * x:.1f}%".rjust(width)
+
+
+def ms(us: Optional[float], width: int = 0) -> str:
+    """Microseconds → milliseconds with 3 decimals ('-' when unknown)."""
+    return "-".rjust(width) if us is None else f"{us / 1000:.3f}".rjust(width)
+
+
+def num(x: Any, digits: int = 2) -> str:
+    """A number compactly ('-' when unknown)."""
+    if x is None:
+        return "-"
+    if isinstance(x, bool):
+        return str(x).lower()
+    if isinstance(x, int):
+        return str(x)
+    if isinstance(x, float):
+        return f"{x:.{digits}f}"
+    return str(x)
+
+
+def subject_text(finding: dict) -> str:
+    """'ranks 0-3, group pg0, step 12, collective allreduce#7' from a finding's subject."""
+    s = finding.get("subject") or {}
+    parts = []
+    if s.get("ranks"):
+        rs = s["ranks"]
+        parts.append(("rank " if len(rs) == 1 else "ranks ") + ranges(rs))
+    if s.get("process_group") not in (None, ""):
+        parts.append(f"group {s['process_group']}")
+    if s.get("step") is not None:
+        parts.append(f"step {s['step']}")
+    if s.get("collective") not in (None, ""):
+        parts.append(f"collective {s['collective']}")
+    return ", ".join(parts)
+
+
+def cost_text(finding: dict) -> str:
+    """'costs ~12.3% of step time' or '' when the rule gave no estimate."""
+    c = finding.get("cost")
+    return "" if c is None else f"costs ~{100 * c:.1f}% of step time"
+
+
+def evidence_texts(finding: dict) -> list[str]:
+    """Each evidence item as one line: 'text (file:line)'."""
+    out = []
+    for e in finding.get("evidence") or []:
+        if isinstance(e, str):
+            out.append(e)
+            continue
+        t = str(e.get("text", ""))
+        loc = location_text(e.get("file"), e.get("line"))
+        out.append(f"{t} ({loc})" if loc else t)
+    return out
+
+
+def location_text(file: Optional[str], line: Optional[int]) -> str:
+    """'path:line', 'path' or ''."""
+    if not file:
+        return ""
+    return f"{file}:{line}" if line else str(file)
+
+
+def finding_location(report: dict, finding: dict) -> tuple[Optional[str], Optional[int]]:
+    """The file (and line) a finding points at: its first evidence with a file, else its first rank's trace."""
+    for e in finding.get("evidence") or []:
+        if isinstance(e, dict) and e.get("file"):
+            return str(e["file"]), (int(e["line"]) if e.get("line") else None)
+    ranks = (finding.get("subject") or {}).get("ranks") or []
+    by_rank = {r.get("rank"): r.get("file") for r in report.get("ranks") or []}
+    for r in ranks:
+        if by_rank.get(r):
+            return str(by_rank[r]), None
+    return None, None
+
+
+def fallback_file(report: dict) -> Optional[str]:
+    """The first input file that was read (a location for findings about the whole job)."""
+    for f in (report.get("inputs") or {}).get("files") or []:
+        if f.get("status") in ("read", "salvaged"):
+            return str(f["path"])
+    files = (report.get("inputs") or {}).get("files") or []
+    return str(files[0]["path"]) if files else None
+
+
+def rule_catalog(report: dict, rules: Optional[list[dict]] = None) -> list[dict]:
+    """Rules as [{id, title, severity, doc}]: the registry's list when given, plus every finding id not in it."""
+    out: dict[str, dict] = {}
+    for r in rules or []:
+        out[str(r["id"])] = {"id": str(r["id"]), "title": r.get("title") or "", "severity": r.get("severity"),
+                             "doc": r.get("doc") or ""}
+    for f in report.get("findings") or []:
+        fid = str(f.get("id", "UNKNOWN"))
+        if fid not in out:
+            out[fid] = {"id": fid, "title": f.get("title") or "", "severity": f.get("severity"),
+                        "doc": f.get("rule_doc") or ""}
+    return sorted(out.values(), key=lambda r: r["id"])
+
+
+def registry_rules() -> list[dict]:
+    """Every registered rule as [{id, title, severity, doc}] from the `rules` package, [] when it lists none."""
+    try:
+        import rules.registry as reg  # type: ignore[import-not-found]
+    except Exception:
+        return []
+    items: Any = None
+    for name in ("all_rules", "list_rules", "registered"):
+        fn = getattr(reg, name, None)
+        if callable(fn):
+            try:
+                items = fn()
+                break
+            except Exception:
+                items = None
+    if items is None:
+        items = getattr(reg, "RULES", None) or getattr(reg, "REGISTRY", None)
+    if isinstance(items, dict):
+        items = list(items.values())
+    out = []
+    for r in items or []:
+        rid = getattr(r, "id", None) or (r.get("id") if isinstance(r, dict) else None)
+        if not rid:
+            continue
+        get = (lambda k: r.get(k)) if isinstance(r, dict) else (lambda k: getattr(r, k, None))
+        doc = get("doc") or get("__doc__") or getattr(get("func") or get("fn"), "__doc__", None) or ""
+        out.append({"id": str(rid), "title": get("title") or "", "severity": get("severity"), "doc": str(doc).strip()})
+    return out

@@ -1,0 +1,45 @@
+"""GitHub Actions workflow commands: one ::error/::warning/::notice annotation per finding."""
+from __future__ import annotations
+
+from analyzer.render.common import cost_text, evidence_texts, fallback_file, finding_location, subject_text
+
+_LEVEL = {"error": "error", "warning": "warning", "info": "notice"}
+
+
+def escape_data(s: str) -> str:
+    """Escape a message as GitHub requires: % → %25, CR → %0D, LF → %0A."""
+    return s.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def escape_property(s: str) -> str:
+    """Escape a property value (file, title): as data, plus ':' → %3A and ',' → %2C."""
+    return escape_data(s).replace(":", "%3A").replace(",", "%2C")
+
+
+def render_github(report: dict) -> str:
+    """One workflow command per finding (severity info → ::notice), then a ::notice with the verdict."""
+    out = []
+    for f in report.get("findings") or []:
+        level = _LEVEL.get(str(f.get("severity")), "notice")
+        file, line = finding_location(report, f)
+        file = file or fallback_file(report)
+        props = []
+        if file:
+            props.append(f"file={escape_property(file)}")
+            if line:
+                props.append(f"line={int(line)}")
+        title = f"{f.get('id', '')} {f.get('title', '')}".strip()
+        props.append(f"title={escape_property(title)}")
+        body = [f"{f.get('id')}: {f.get('title', '')}"]
+        subj = subject_text(f)
+        if subj:
+            body.append(f"about: {subj}")
+        body += [f"- {e}" for e in evidence_texts(f)]
+        c = cost_text(f)
+        if c:
+            body.append(c)
+        if f.get("fix"):
+            body.append(f"fix: {f['fix']}")
+        out.append(f"::{level} {','.join(props)}::{escape_data(chr(10).join(body))}")
+    out.append(f"::notice title=analyze::{escape_data(str(report.get('verdict', '')))}")
+    return "\n".join(out) + "\n"

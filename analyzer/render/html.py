@@ -1,0 +1,261 @@
+"""One self-contained HTML file for a ticket: verdict, findings, inline PNG figures, tables; no network access."""
+from __future__ import annotations
+
+import base64
+from html import escape
+from typing import Any, Optional
+
+from analyzer.render.common import cost_text, evidence_texts, ms, num, pct, ranges, subject_text
+
+CSS = """
+body{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:0;background:#fafafa;color:#222}
+main{max-width:1180px;margin:0 auto;padding:16px 24px}
+h1{font-size:1.5em;margin:.3em 0} h2{font-size:1.2em;margin-top:1.6em;border-bottom:1px solid #ddd}
+.badge{display:inline-block;padding:2px 10px;border-radius:4px;color:#fff;font-weight:bold}
+.FAIL{background:#c62828}.WARN{background:#ef6c00}.OK{background:#2e7d32}
+.facts{display:flex;flex-wrap:wrap;gap:8px;margin:8px 0}
+.fact{background:#fff;border:1px solid #ddd;border-radius:4px;padding:4px 10px}
+.finding{background:#fff;border-left:5px solid #999;margin:10px 0;padding:6px 12px;border-radius:3px}
+.finding.error{border-color:#c62828}.finding.warning{border-color:#ef6c00}.finding.info{border-color:#1565c0}
+.sev{font-weight:bold;text-transform:uppercase;font-size:.85em}
+.error .sev{color:#c62828}.warning .sev{color:#ef6c00}.info .sev{color:#1565c0}
+.meta{color:#666;font-size:.9em} .fix{margin-top:4px}
+figure{margin:12px 0;background:#fff;border:1px solid #e0e0e0;padding:8px}
+figure img{max-width:100%;height:auto;display:block} figcaption{color:#555;font-size:.9em;margin-top:4px}
+table{border-collapse:collapse;background:#fff;font-size:.88em;margin:8px 0}
+th,td{border:1px solid #ddd;padding:3px 8px;text-align:right} th{background:#f0f0f0}
+td:first-child,th:first-child{text-align:left}
+tr.hl td{background:#ffebee;font-weight:bold}
+details{margin:8px 0} summary{cursor:pointer;color:#1565c0}
+code{background:#f3f3f3;padding:0 3px}
+"""
+
+
+def _e(x: Any) -> str:
+    return escape(str(x), quote=True)
+
+
+def _img(png: Optional[bytes], alt: str, caption: str) -> str:
+    if not png:
+        return ""
+    data = base64.b64encode(png).decode("ascii")
+    return (f'<figure><img alt="{_e(alt)}" src="data:image/png;base64,{data}">'
+            f"<figcaption>{_e(caption)}</figcaption></figure>")
+
+
+def _table(headers: list[str], rows: list[list[str]], highlight: Optional[set[int]] = None) -> str:
+    head = "".join(f"<th>{_e(h)}</th>" for h in headers)
+    body = []
+    for i, r in enumerate(rows):
+        cls = ' class="hl"' if highlight and i in highlight else ""
+        body.append(f"<tr{cls}>" + "".join(f"<td>{_e(c)}</td>" for c in r) + "</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def _fold(title: str, inner: str, rows: int, over: int = 16) -> str:
+    if rows <= over:
+        return inner
+    return f"<details><summary>{_e(title)} ({rows} rows)</summary>{inner}</details>"
+
+
+def pick_steps(report: dict) -> tuple[Optional[int], Optional[int]]:
+    """(representative step: mean step time closest to the median; worst step: the longest step on any rank)."""
+    rows = (report.get("metrics") or {}).get("per_step") or []
+    by: dict[int, list[float]] = {}
+    for r in rows:
+        if r.get("step_time_us") is not None:
+            by.setdefault(int(r["step"]), []).append(float(r["step_time_us"]))
+    if not by:
+        return None, None
+    means = {s: sum(v) / len(v) for s, v in by.items()}
+    order = sorted(means, key=lambda s: means[s])
+    median = means[order[len(order) // 2]]
+    rep = min(means, key=lambda s: (abs(means[s] - median), s))
+    worst = max(by, key=lambda s: (max(by[s]), -s))
+    return rep, worst
+
+
+def _header(report: dict) -> str:
+    job = report.get("job") or {}
+    s = job.get("summary") or {}
+    cr = report.get("cross_rank") or {}
+    verdict = str(report.get("verdict") or "")
+    head = verdict.split(":")[0] if verdict else "OK"
+    facts = [f"ranks {len(job.get('ranks') or [])}" + (f" / {job['world_size']}" if job.get("world_size") else "")]
+    hosts = sorted(set(((cr.get("hosts") or {}).get("rank_to_host") or {}).values()))
+    if hosts:
+        facts.append(f"hosts {len(hosts)}")
+    steps = s.get("steps") or []
+    if steps:
+        facts.append("whole trace" if steps == [-1] else f"steps {ranges(steps)}")
+    if s.get("mean_step_time_us") is not None:
+        facts += [f"mean step {ms(s['mean_step_time_us'])} ms", f"step spread {pct(s.get('max_step_time_spread'))}",
+                  f"comm share {pct(s.get('comm_share'))}", f"exposed comm {pct(s.get('exposed_comm_share'))}",
+                  f"overlap {pct(s.get('overlap_coverage'))}", f"idle {pct(s.get('idle_share'))}"]
+    strag = (cr.get("stragglers") or {}).get("straggler")
+    if strag is not None:
+        facts.append(f"straggler: rank {strag}")
+    pipe = cr.get("pipeline") or {}
+    if pipe.get("detected"):
+        facts.append(f"pipeline {pipe.get('schedule')} p={pipe.get('p')} m={pipe.get('m')}, bubble "
+                     f"{pct(pipe.get('mean_bubble_rate'))}")
+    if job.get("missing_ranks"):
+        facts.append(f"missing ranks {ranges(job['missing_ranks'])}")
+    inputs = report.get("inputs") or {}
+    tool = report.get("tool") or {}
+    return (f"<h1>Distributed training trace analysis</h1>"
+            f'<p><span class="badge {_e(head)}">{_e(head)}</span> {_e(verdict)}</p>'
+            f'<div class="facts">{"".join(f"<span class=fact>{_e(x)}</span>" for x in facts)}</div>'
+            f'<p class="meta">inputs: {inputs.get("read", 0)} read, {inputs.get("salvaged", 0)} salvaged, '
+            f'{inputs.get("skipped", 0)} skipped, {inputs.get("failed", 0)} failed · '
+            f'{_e(tool.get("name", "analyze"))} {_e(tool.get("version", ""))}</p>')
+
+
+def _findings(report: dict) -> str:
+    findings = report.get("findings") or []
+    if not findings:
+        return "<h2>Findings</h2><p>No findings.</p>"
+    out = ["<h2>Findings</h2>"]
+    for f in findings:
+        sev = str(f.get("severity", "info"))
+        sev_cls = sev if sev in ("error", "warning", "info") else "info"
+        subj = subject_text(f)
+        ev = "".join(f"<li>{_e(e)}</li>" for e in evidence_texts(f))
+        meta = "; ".join(x for x in (subj, cost_text(f), f"confidence {f['confidence']:.0%}"
+                                     if f.get("confidence") is not None else "") if x)
+        out.append(f'<div class="finding {sev_cls}"><span class="sev">{_e(sev)}</span> '
+                   f'<code>{_e(f.get("id", ""))}</code> <b>{_e(f.get("title", ""))}</b>'
+                   + (f'<div class="meta">{_e(meta)}</div>' if meta else "")
+                   + (f"<ul>{ev}</ul>" if ev else "")
+                   + (f'<div class="fix"><b>Fix:</b> {_e(f["fix"])}</div>' if f.get("fix") else "") + "</div>")
+    return "".join(out)
+
+
+def _hang(report: dict) -> str:
+    hang = report.get("hang") or {}
+    if hang.get("status") != "hang":
+        return ""
+    rows = [[d.get("kind"), d.get("process_group"), num(d.get("seq")), d.get("op"),
+             ranges(d.get("culprit_ranks") or []) or "-", ranges(d.get("waiting_ranks") or []) or "-",
+             d.get("cause") or ""] for d in hang.get("diagnoses") or []]
+    return "<h2>Hang post-mortem</h2>" + _table(["kind", "group", "seq", "op", "culprit", "waiting", "cause"], rows)
+
+
+def _baseline(report: dict) -> str:
+    b = report.get("baseline") or {}
+    if not b.get("metrics"):
+        return ""
+    rows, hl = [], set()
+    for i, m in enumerate(b["metrics"]):
+        if m.get("regressed"):
+            hl.add(i)
+        rows.append([m.get("name"), num(m.get("baseline"), 4), num(m.get("current"), 4),
+                     "-" if m.get("change") is None else f"{100 * m['change']:+.1f}%",
+                     "-" if m.get("threshold") is None else f"{100 * m['threshold']:+.0f}%",
+                     "regressed" if m.get("regressed") else ""])
+    return (f"<h2>Against the baseline <code>{_e(b.get('source'))}</code></h2>"
+            + _table(["metric", "baseline", "current", "change", "threshold", ""], rows, hl))
+
+
+def _figures(report: dict, job: Any) -> str:
+    from analyzer.render import figures as fg
+
+    out = []
+    rep, worst = pick_steps(report)
+    if job is not None and getattr(job, "traces", None) and rep is not None:
+        name = "whole trace" if rep == -1 else f"step {rep}"
+        out.append("<h2>Timeline</h2>")
+        out.append(_img(fg.timeline(job, report, rep, f"representative {name}"), f"timeline of {name}",
+                        "Per rank: compute and memcpy (lower half), communication (upper half), idle in grey; thin "
+                        "lines join the ends of the same collective on every rank."))
+        if worst is not None and worst != rep:
+            out.append(_img(fg.timeline(job, report, worst, f"worst step {worst}"), f"timeline of step {worst}",
+                            "The step with the longest step time on any rank."))
+        out.append(_img(fg.pipeline(job, report, rep), "pipeline schedule",
+                        "One rank per pipeline stage; hatched red = bubble (no compute inside the stage's window)."))
+    heat = [fg.heatmap(report, "step_time_us", "step time per rank and step (ms)"),
+            fg.heatmap(report, "exposed_comm_us", "exposed communication per rank and step (ms)", "magma")]
+    if any(heat):
+        out.append("<h2>Per rank and step</h2>")
+        out.append(_img(heat[0], "step time heatmap", "A straggler shows as a bright row."))
+        out.append(_img(heat[1], "exposed comm heatmap",
+                        "Ranks that wait for a straggler show long exposed communication."))
+    bars = fg.share_bars(report)
+    if bars:
+        out.append("<h2>Overlap and communication share</h2>")
+        out.append(_img(bars, "overlap coverage and comm share per rank",
+                        "Overlap coverage = share of comm time hidden under compute; comm / exposed comm share = "
+                        "fraction of the step."))
+    if job is not None and getattr(job, "traces", None):
+        wm = fg.wait_matrix(job, report)
+        bw = fg.bandwidth(job, report)
+        if wm:
+            out.append("<h2>Collective wait matrix</h2>")
+            out.append(_img(wm, "collective wait matrix",
+                            "Row rank waited (sum over collectives) for the column rank, the last to arrive."))
+        if bw:
+            out.append("<h2>Bus bandwidth</h2>")
+            out.append(_img(bw, "bus bandwidth per collective size",
+                            "Bus bandwidth (nccl-tests factors) per collective size, against nominal link peaks."))
+    return "".join(out)
+
+
+def _tables(report: dict) -> str:
+    out = []
+    rows = (report.get("metrics") or {}).get("per_rank") or []
+    cr = report.get("cross_rank") or {}
+    strag = (cr.get("stragglers") or {})
+    per = {r["rank"]: r for r in strag.get("per_rank") or []}
+    if rows:
+        body = [[str(r["rank"]), ms(r.get("mean_step_time_us")), pct(r.get("comm_share")),
+                 pct(r.get("exposed_comm_share")), pct(r.get("overlap_coverage")), pct(r.get("idle_share")),
+                 pct(per.get(r["rank"], {}).get("pct_last"))] for r in rows]
+        hl = {i for i, r in enumerate(rows) if r["rank"] == strag.get("straggler")}
+        out.append("<h2>Per rank</h2>" + _fold("per-rank table", _table(
+            ["rank", "mean step ms", "comm share", "exposed comm", "overlap", "idle", "last to arrive"], body, hl),
+            len(body)))
+    groups = cr.get("process_groups") or []
+    if groups:
+        body = [[g.get("name", ""), g.get("role", ""), num(g.get("size")), ranges(g.get("ranks") or []),
+                 g.get("span", ""), ", ".join(f"{k}×{v}" for k, v in (g.get("ops") or {}).items())] for g in groups]
+        out.append("<h2>Process groups</h2>" + _fold("process groups", _table(
+            ["group", "role", "size", "ranks", "span", "ops"], body), len(body)))
+    coll = (cr.get("collectives") or {}).get("by_group_op") or []
+    if coll:
+        body = [[c.get("process_group", ""), c.get("op", ""), num(c.get("count")), num(c.get("bytes")),
+                 ms(c.get("mean_transfer_us")), num(c.get("mean_busbw_gbps")), c.get("link_class", "")]
+                for c in coll]
+        out.append("<h2>Collectives</h2>" + _fold("collectives", _table(
+            ["group", "op", "count", "bytes", "transfer ms", "busbw GB/s", "link"], body), len(body)))
+    steps = (report.get("metrics") or {}).get("per_step") or []
+    if steps:
+        body = [[str(r["rank"]), "all" if r["step"] == -1 else str(r["step"]), ms(r.get("step_time_us")),
+                 ms(r.get("compute_us")), ms(r.get("comm_us")), ms(r.get("exposed_comm_us")),
+                 pct(r.get("overlap_coverage")), pct(r.get("comm_share")), ms(r.get("idle_us"))] for r in steps]
+        out.append("<h2>Per rank and step</h2>" + _fold("per rank and step (ms)", _table(
+            ["rank", "step", "step", "compute", "comm", "exposed", "overlap", "comm share", "idle"], body),
+            len(body), over=0))
+    return "".join(out)
+
+
+def _problems(report: dict) -> str:
+    files = [f for f in (report.get("inputs") or {}).get("files") or [] if f.get("status") != "read"]
+    warns = [w for w in report.get("warnings") or [] if not any(w == f.get("message") for f in files)]
+    if not files and not warns:
+        return ""
+    items = [f"<li><b>{_e(f['status'])}</b> <code>{_e(f['path'])}</code>: {_e(f.get('message', ''))}</li>"
+             for f in files] + [f"<li>{_e(w)}</li>" for w in warns]
+    return (f"<h2>Input problems and warnings</h2><details><summary>{len(items)} item(s)</summary>"
+            f"<ul>{''.join(items)}</ul></details>")
+
+
+def render_html(report: dict, job: Any = None) -> str:
+    """The self-contained HTML report; the timelines, wait matrix and bandwidth plot need the loaded ``job``."""
+    title = f"analyze: {report.get('verdict', '')}"
+    body = (_header(report) + _findings(report) + _hang(report) + _baseline(report) + _figures(report, job)
+            + _tables(report) + _problems(report))
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+            "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; img-src data:; "
+            "style-src 'unsafe-inline'\">"
+            f"<title>{_e(title)}</title><style>{CSS}</style></head><body><main>{body}</main></body></html>\n")

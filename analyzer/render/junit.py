@@ -1,0 +1,62 @@
+"""JUnit XML for CI dashboards: one testcase per rule, a failure for each finding at or above --fail-on."""
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from typing import Optional
+
+from analyzer.render.common import evidence_texts, fails, finding_location, location_text, rule_catalog, subject_text
+
+
+def _finding_text(report: dict, f: dict) -> str:
+    lines = [f"[{f.get('severity')}] {f.get('id')}: {f.get('title', '')}"]
+    subj = subject_text(f)
+    if subj:
+        lines.append(f"about: {subj}")
+    loc = location_text(*finding_location(report, f))
+    if loc:
+        lines.append(f"at: {loc}")
+    lines += [f"evidence: {e}" for e in evidence_texts(f)]
+    if f.get("cost") is not None:
+        lines.append(f"cost: {100 * f['cost']:.1f}% of step time")
+    if f.get("fix"):
+        lines.append(f"fix: {f['fix']}")
+    return "\n".join(lines)
+
+
+def render_junit(report: dict, fail_on: str = "error", rules: Optional[list[dict]] = None) -> str:
+    """A <testsuites> document: each rule a testcase; findings at/above ``fail_on`` are <failure>s, others output."""
+    catalog = rule_catalog(report, rules)
+    by_id: dict[str, list[dict]] = {}
+    for f in report.get("findings") or []:
+        by_id.setdefault(str(f.get("id", "UNKNOWN")), []).append(f)
+    suites = ET.Element("testsuites", name="analyze")
+    suite = ET.SubElement(suites, "testsuite", name="analyze.rules")
+    n_fail = 0
+    for rule in catalog:
+        case = ET.SubElement(suite, "testcase", classname="analyze.rules", name=f"{rule['id']} {rule['title']}".strip())
+        found = by_id.get(rule["id"], [])
+        failing = [f for f in found if fails(f, fail_on)]
+        if failing:
+            n_fail += 1
+            worst = failing[0]
+            fail = ET.SubElement(case, "failure", type=str(worst.get("severity")),
+                                 message=f"{len(failing)} finding(s): {worst.get('title', '')}")
+            fail.text = "\n\n".join(_finding_text(report, f) for f in failing)
+        others = [f for f in found if not fails(f, fail_on)]
+        if others:
+            out = ET.SubElement(case, "system-out")
+            out.text = "\n\n".join(_finding_text(report, f) for f in others)
+    suite.set("tests", str(len(catalog)))
+    suite.set("failures", str(n_fail))
+    suite.set("errors", "0")
+    suite.set("skipped", "0")
+    suites.set("tests", str(len(catalog)))
+    suites.set("failures", str(n_fail))
+    suites.set("errors", "0")
+    props = ET.SubElement(suite, "properties")
+    ET.SubElement(props, "property", name="verdict", value=str(report.get("verdict", "")))
+    ET.SubElement(props, "property", name="fail_on", value=fail_on)
+    suite.insert(0, suite[-1])
+    del suite[-1]
+    ET.indent(suites)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"

@@ -1,0 +1,178 @@
+"""GitHub-flavoured Markdown for tickets: verdict, ranked findings with evidence and fix, key tables."""
+from __future__ import annotations
+
+from typing import Any
+
+from analyzer.render.common import cost_text, evidence_texts, ms, num, pct, ranges, subject_text
+
+DETAILS_OVER = 12  # tables longer than this fold into <details>
+_ICON = {"error": "🔴", "warning": "🟠", "info": "🔵"}
+
+
+def md_escape(text: Any) -> str:
+    """Make input-derived text inert in Markdown tables and inline text (pipes, HTML, emphasis, backticks)."""
+    s = str(text)
+    for a, b in (("\\", "\\\\"), ("|", "\\|"), ("<", "&lt;"), (">", "&gt;"), ("*", "\\*"), ("_", "\\_"),
+                 ("`", "\\`"), ("[", "\\["), ("]", "\\]"), ("\r", " "), ("\n", " ")):
+        s = s.replace(a, b)
+    return s
+
+
+def md_code(text: Any) -> str:
+    """Input-derived text as an inline code span (backticks and newlines removed)."""
+    return "`" + str(text).replace("`", "'").replace("\n", " ").replace("\r", " ") + "`"
+
+
+def md_table(headers: list[str], rows: list[list[str]], summary: str = "") -> list[str]:
+    """A GFM table; longer than DETAILS_OVER rows it folds into a collapsible <details> block."""
+    align = ["---" if i == 0 else "---:" for i in range(len(headers))]
+    lines = ["| " + " | ".join(headers) + " |", "| " + " | ".join(align) + " |"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    if len(rows) > DETAILS_OVER:
+        return [f"<details><summary>{summary or 'table'} ({len(rows)} rows)</summary>", ""] + lines + ["", "</details>"]
+    return lines
+
+
+def _head(report: dict) -> list[str]:
+    job = report.get("job") or {}
+    s = job.get("summary") or {}
+    cr = report.get("cross_rank") or {}
+    inputs = report.get("inputs") or {}
+    verdict = report.get("verdict") or "no verdict"
+    out = [f"## Trace analysis: {md_escape(verdict)}", ""]
+    facts = [f"**ranks** {len(job.get('ranks') or [])}" + (f" of {job['world_size']}" if job.get("world_size") else "")]
+    hosts = sorted(set(((cr.get("hosts") or {}).get("rank_to_host") or {}).values()))
+    if hosts:
+        facts.append(f"**hosts** {len(hosts)}")
+    steps = s.get("steps") or []
+    if steps:
+        facts.append("**steps** whole trace" if steps == [-1] else f"**steps** {ranges(steps)}")
+    if s.get("mean_step_time_us") is not None:
+        facts.append(f"**mean step** {ms(s['mean_step_time_us'])} ms")
+        facts.append(f"**comm share** {pct(s.get('comm_share'))}")
+        facts.append(f"**exposed comm** {pct(s.get('exposed_comm_share'))}")
+        facts.append(f"**overlap** {pct(s.get('overlap_coverage'))}")
+        facts.append(f"**step spread** {pct(s.get('max_step_time_spread'))}")
+    out.append(" · ".join(facts))
+    out.append("")
+    out.append(f"Inputs: {inputs.get('read', 0)} read, {inputs.get('salvaged', 0)} salvaged, "
+               f"{inputs.get('skipped', 0)} skipped, {inputs.get('failed', 0)} failed"
+               + (f"; **missing ranks {ranges(job['missing_ranks'])}**" if job.get("missing_ranks") else "")
+               + f". Tool: analyze {md_escape(report.get('tool', {}).get('version', '?'))}.")
+    return out
+
+
+def _findings(report: dict) -> list[str]:
+    findings = report.get("findings") or []
+    out = ["", "### Findings", ""]
+    if not findings:
+        return out + ["No findings."]
+    for i, f in enumerate(findings, 1):
+        sev = str(f.get("severity", "info"))
+        subj = subject_text(f)
+        out.append(f"{i}. {_ICON.get(sev, '')} **{sev.upper()} `{md_escape(f.get('id', ''))}`** "
+                   f"{md_escape(f.get('title', ''))}" + (f" — {md_escape(subj)}" if subj else ""))
+        for e in evidence_texts(f):
+            out.append(f"   - {md_escape(e)}")
+        meta = [x for x in (cost_text(f), f"confidence {f['confidence']:.0%}" if f.get("confidence") is not None
+                            else "") if x]
+        if meta:
+            out.append(f"   - _{md_escape('; '.join(meta))}_")
+        if f.get("fix"):
+            out.append(f"   - **Fix:** {md_escape(f['fix'])}")
+    return out
+
+
+def _hang(report: dict) -> list[str]:
+    hang = report.get("hang") or {}
+    if hang.get("status") != "hang":
+        return []
+    rows = [[md_escape(d.get("kind")), md_escape(d.get("process_group")), num(d.get("seq")), md_escape(d.get("op")),
+             ranges(d.get("culprit_ranks") or []) or "-", ranges(d.get("waiting_ranks") or []) or "-"]
+            for d in hang.get("diagnoses") or []]
+    return ["", "### Hang post-mortem", ""] + md_table(["kind", "group", "seq", "op", "culprit ranks", "waiting"],
+                                                      rows, "hang diagnoses")
+
+
+def _baseline(report: dict) -> list[str]:
+    b = report.get("baseline") or {}
+    if not b.get("metrics"):
+        return []
+    rows = [[md_escape(m.get("name")), num(m.get("baseline"), 4), num(m.get("current"), 4),
+             "-" if m.get("change") is None else f"{100 * m['change']:+.1f}%",
+             "-" if m.get("threshold") is None else f"{100 * m['threshold']:+.0f}%",
+             "**regressed**" if m.get("regressed") else ""] for m in b["metrics"]]
+    return ["", f"### Against the baseline {md_code(b.get('source'))}", ""] + md_table(
+        ["metric", "baseline", "current", "change", "threshold", ""], rows, "baseline metrics")
+
+
+def _steps(report: dict) -> list[str]:
+    rows = (report.get("metrics") or {}).get("per_step") or []
+    if not rows:
+        return []
+    body = [[str(r["rank"]), "all" if r["step"] == -1 else str(r["step"]), ms(r.get("step_time_us")),
+             ms(r.get("compute_us")), ms(r.get("comm_us")), ms(r.get("exposed_comm_us")),
+             pct(r.get("overlap_coverage")), pct(r.get("comm_share")), ms(r.get("idle_us"))] for r in rows]
+    return ["", "### Per-rank step table (ms)", ""] + md_table(
+        ["rank", "step", "step", "compute", "comm", "exposed comm", "overlap", "comm share", "idle"], body,
+        "per rank and step")
+
+
+def _ranks(report: dict) -> list[str]:
+    rows = (report.get("metrics") or {}).get("per_rank") or []
+    strag = ((report.get("cross_rank") or {}).get("stragglers") or {})
+    per = {r["rank"]: r for r in strag.get("per_rank") or []}
+    if not rows:
+        return []
+    body = [[str(r["rank"]) + (" ⚠ straggler" if r["rank"] == strag.get("straggler") else ""),
+             ms(r.get("mean_step_time_us")), pct(r.get("comm_share")), pct(r.get("exposed_comm_share")),
+             pct(r.get("overlap_coverage")), pct(r.get("idle_share")), pct(per.get(r["rank"], {}).get("pct_last"))]
+            for r in rows]
+    return ["", "### Per-rank summary", ""] + md_table(
+        ["rank", "mean step ms", "comm share", "exposed comm", "overlap", "idle", "last to arrive"], body,
+        "per rank")
+
+
+def _groups(report: dict) -> list[str]:
+    cr = report.get("cross_rank") or {}
+    out = []
+    groups = cr.get("process_groups") or []
+    if groups:
+        body = [[md_escape(g.get("name", "")), md_escape(g.get("role", "")), num(g.get("size")),
+                 ranges(g.get("ranks") or []), md_escape(g.get("span", "")),
+                 md_escape(", ".join(f"{k}×{v}" for k, v in (g.get("ops") or {}).items()))] for g in groups]
+        out += ["", "### Process groups", ""] + md_table(["group", "role", "size", "ranks", "span", "ops"], body,
+                                                        "process groups")
+    coll = (cr.get("collectives") or {}).get("by_group_op") or []
+    if coll:
+        body = [[md_escape(c.get("process_group", "")), md_escape(c.get("op", "")), num(c.get("count")),
+                 num(c.get("bytes")), ms(c.get("mean_transfer_us")), num(c.get("mean_busbw_gbps")),
+                 md_escape(c.get("link_class", ""))] for c in coll]
+        out += ["", "### Collectives", ""] + md_table(
+            ["group", "op", "count", "bytes", "transfer ms", "busbw GB/s", "link"], body, "collectives")
+    pipe = cr.get("pipeline") or {}
+    if pipe.get("detected"):
+        out += ["", f"Pipeline: **{md_escape(pipe.get('schedule'))}**, p={pipe.get('p')}, m={pipe.get('m')}, "
+                    f"bubble {pct(pipe.get('mean_bubble_rate'))} (theoretical {pct(pipe.get('theoretical_bubble'))})."]
+    return out
+
+
+def _problems(report: dict) -> list[str]:
+    files = [f for f in (report.get("inputs") or {}).get("files") or [] if f.get("status") != "read"]
+    warns = report.get("warnings") or []
+    if not files and not warns:
+        return []
+    lines = [f"- **{md_escape(f['status'])}** {md_code(f['path'])}: {md_escape(f.get('message', ''))}"
+             for f in files]
+    lines += [f"- {md_escape(w)}" for w in warns if not any(w == f.get("message") for f in files)]
+    if len(lines) > DETAILS_OVER:
+        return ["", f"<details><summary>Input problems and warnings ({len(lines)})</summary>", ""] + lines + [
+            "", "</details>"]
+    return ["", "### Input problems and warnings", ""] + lines
+
+
+def render_markdown(report: dict) -> str:
+    """The report as a Markdown summary that pastes into an issue tracker."""
+    out = _head(report) + _findings(report) + _hang(report) + _baseline(report) + _ranks(report) + _groups(report)
+    out += _steps(report) + _problems(report)
+    return "\n".join(out) + "\n"

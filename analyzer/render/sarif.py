@@ -1,0 +1,87 @@
+"""SARIF 2.1.0: the rules as reportingDescriptors, each finding a result located at its trace or log file."""
+from __future__ import annotations
+
+from pathlib import PurePath
+from typing import Optional
+from urllib.parse import quote
+
+import orjson
+
+from analyzer.render.common import cost_text, evidence_texts, fallback_file, finding_location, rule_catalog, \
+    subject_text
+
+SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+_LEVEL = {"error": "error", "warning": "warning", "info": "note"}
+INFO_URI = "https://example.invalid/dtrace-analyzer"  # no public home yet; SARIF only needs a URI
+
+
+def file_uri(path: str) -> str:
+    """A relative path as a URI reference (forward slashes, percent-encoded); absolute paths as file:// URIs."""
+    p = PurePath(path)
+    if p.is_absolute():
+        return "file://" + quote(p.as_posix())
+    return quote(p.as_posix())
+
+
+def _result(report: dict, f: dict, rule_index: dict[str, int]) -> dict:
+    fid = str(f.get("id", "UNKNOWN"))
+    text = f"{f.get('title', '')}"
+    subj = subject_text(f)
+    if subj:
+        text += f" ({subj})"
+    ev = evidence_texts(f)
+    md = [text] + [f"- {e}" for e in ev] + ([cost_text(f)] if cost_text(f) else []) + (
+        [f"Fix: {f['fix']}"] if f.get("fix") else [])
+    res: dict = {
+        "ruleId": fid,
+        "ruleIndex": rule_index[fid],
+        "level": _LEVEL.get(str(f.get("severity")), "note"),
+        "message": {"text": "\n".join(md)},
+    }
+    file, line = finding_location(report, f)
+    file = file or fallback_file(report)
+    if file:
+        phys: dict = {"artifactLocation": {"uri": file_uri(file)}}
+        if line:
+            phys["region"] = {"startLine": int(line)}
+        res["locations"] = [{"physicalLocation": phys}]
+    props: dict = {}
+    for k in ("confidence", "cost"):
+        if f.get(k) is not None:
+            props[k] = f[k]
+    s = f.get("subject") or {}
+    if any(v not in (None, [], "") for v in s.values()):
+        props["subject"] = s
+    if props:
+        res["properties"] = props
+    res["partialFingerprints"] = {"analyzeFinding/v1": f"{fid}:{subj}"}
+    return res
+
+
+def sarif_dict(report: dict, rules: Optional[list[dict]] = None) -> dict:
+    """The SARIF log as a dict (one run, the tool's rules, one result per finding)."""
+    catalog = rule_catalog(report, rules)
+    rule_index = {r["id"]: i for i, r in enumerate(catalog)}
+    descriptors = []
+    for r in catalog:
+        d: dict = {"id": r["id"], "shortDescription": {"text": r["title"] or r["id"]}}
+        if r["doc"]:
+            d["fullDescription"] = {"text": r["doc"]}
+        if r.get("severity"):
+            d["defaultConfiguration"] = {"level": _LEVEL.get(str(r["severity"]), "note")}
+        descriptors.append(d)
+    files = [f["path"] for f in (report.get("inputs") or {}).get("files") or []]
+    tool = report.get("tool") or {}
+    run = {
+        "tool": {"driver": {"name": tool.get("name", "analyze"), "version": str(tool.get("version", "")),
+                            "informationUri": INFO_URI, "rules": descriptors}},
+        "artifacts": [{"location": {"uri": file_uri(p)}} for p in files],
+        "results": [_result(report, f, rule_index) for f in report.get("findings") or []],
+        "properties": {"verdict": report.get("verdict", "")},
+    }
+    return {"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": [run]}
+
+
+def render_sarif(report: dict, rules: Optional[list[dict]] = None) -> str:
+    """SARIF 2.1.0 JSON text."""
+    return orjson.dumps(sarif_dict(report, rules), option=orjson.OPT_INDENT_2).decode() + "\n"
