@@ -214,6 +214,10 @@ def expected(job: Job, files: dict, watchdog: dict) -> dict:
             e["process_groups"] = sorted({job.topo.group_of("dp", r).name for r in e["ranks"]}, key=int)
         elif f["kind"] == "moe_imbalance":
             e["process_groups"] = sorted({job.topo.group_of("ep", r).name for r in e["ranks"]}, key=int)
+        if len(e.get("process_groups", [])) == 1:
+            e["process_group"] = e["process_groups"][0]
+        if f["kind"] == "data_loader_stall":
+            e.setdefault("steps", [cfg["first_step"] + i for i in range(cfg["steps"])])
         if f["kind"] == "uneven_last_batch":
             e["step"] = cfg["first_step"] + cfg["steps"] - 1
         faults.append(e)
