@@ -127,12 +127,12 @@ class LogState:
     def add_nccl(self, lineno: int, env: re.Match, family: str, mm: re.Match | None) -> None:
         """Record one enveloped NCCL line."""
         self.families[family] += 1
-        host, pid, tid = env.group("host"), int(env.group("pid")), int(env.group("tid"))
+        launcher, _ts, host, pid_s, tid_s, dev = env.groups()[:6]
+        pid, tid = int(pid_s), int(tid_s)
         p = self._proc(host, pid, lineno)
-        dev = env.group("dev")
         if dev is not None:
             (p.devs_main if tid == pid else p.devs_any)[int(dev)] += 1
-        tag = self._tag(env.group("launcher"))
+        tag = self._tag(launcher) if launcher else NO_TAG
         if tag.rank >= 0:
             p.tags[(tag.kind, tag.rank)] += 1
         elif tag.kind != "none":
@@ -170,12 +170,10 @@ class LogState:
 
     def _coll(self, lineno, host, pid, tid, p, m) -> None:
         """One COLL record."""
-        comm = m.group("comm")
+        op, opcount, _sb, _rb, count, dtype, redop, root, comm, nr, stream = m.groups()[:11]
         p.last_coll_comm = comm
-        nr = m.group("nranks")
-        self.colls.append((host, pid, comm, m.group("op"), int(m.group("opcount"), 16), int(m.group("count")),
-                           int(m.group("datatype")), int(m.group("redop")), int(m.group("root")),
-                           int(nr) if nr else -1, lineno, tid, m.group("stream") or ""))
+        self.colls.append((host, pid, comm, op, int(opcount, 16), int(count), int(dtype), int(redop), int(root),
+                           int(nr) if nr else -1, lineno, tid, stream or ""))
 
     def _init(self, lineno, host, pid, p, m, family) -> None:
         """Init START/COMPLETE (all eras): create or update the communicator row."""
