@@ -2,18 +2,16 @@
 from __future__ import annotations
 
 import os
-import re
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
+
+from parsers.nccl_log import looks_like_nccl_log
 
 #: Kinds a file can be classified as.
 KINETO, NCCL_LOG, FR_DUMP, UNKNOWN = "kineto", "nccl_log", "flight_recorder", "unknown"
 
 _HEAD_BYTES = 256 * 1024
-_NCCL_MARKERS = re.compile(
-    rb"NCCL (INFO|WARN|TRACE)|NCCL version \d|ProcessGroupNCCL|Watchdog caught collective|"
-    rb"ncclCommInitRank|ncclRemoteError|DistBackendError|ncclInternalError|ncclSystemError")
 _TEXT_SUFFIXES = {".log", ".txt", ".out", ".err", ".stderr", ".stdout"}
 
 
@@ -80,7 +78,7 @@ def classify(path: Path) -> InputFile:
         return InputFile(str(path), UNKNOWN, "JSON, but neither a profiler trace nor a Flight Recorder dump")
     if name.startswith("nccl_trace_rank_") and head[:1] == b"\x80":
         return InputFile(str(path), FR_DUMP, "Flight Recorder file name")
-    if _NCCL_MARKERS.search(head):
+    if looks_like_nccl_log(head):
         return InputFile(str(path), NCCL_LOG, "text with NCCL / ProcessGroupNCCL lines")
     if b"\x00" in head[:4096]:
         return InputFile(str(path), UNKNOWN, "binary data, not a trace")
