@@ -129,20 +129,29 @@ def compare(current: dict, baseline: dict, source: str,
             "regressions": sum(1 for r in rows if r["regressed"])}
 
 
+def format_value(metric: str, x: Optional[float]) -> str:
+    """A compared value in its unit: ms for times, GB/s for bandwidth, % for shares."""
+    if x is None:
+        return "-"
+    if metric in ("step_time", "comm_time"):
+        return f"{x / 1000:.3f} ms"
+    if metric == "busbw":
+        return f"{x:.2f} GB/s"
+    return f"{100 * x:.1f}%"
+
+
+def format_change(row: dict, key: str = "change") -> str:
+    """'+14.3%' for relative metrics, '+1.9 pt' (percentage points) for shares; '-' when unknown."""
+    x = row.get(key)
+    if x is None:
+        return "-"
+    return f"{100 * x:+.1f}%" if row.get("kind") == "relative" else f"{100 * x:+.1f} pt"
+
+
 def _describe(row: dict) -> str:
-    def v(x: Optional[float]) -> str:
-        if x is None:
-            return "-"
-        if row["metric"] in ("step_time", "comm_time"):
-            return f"{x / 1000:.3f} ms"
-        if row["metric"] == "busbw":
-            return f"{x:.2f} GB/s"
-        return f"{100 * x:.1f}%"
-    ch = row["change"]
-    change = f"{100 * ch:+.1f}%" if row["kind"] == "relative" else f"{100 * ch:+.1f} points"
-    limit = (f"{100 * row['threshold']:+.0f}%" if row["kind"] == "relative"
-             else f"{100 * row['threshold']:+.0f} points")
-    return f"{row['name']}: {v(row['baseline'])} → {v(row['current'])} ({change}; threshold {limit})"
+    m = row["metric"]
+    return (f"{row['name']}: {format_value(m, row['baseline'])} → {format_value(m, row['current'])} "
+            f"({format_change(row)}; threshold {format_change(row, 'threshold')})")
 
 
 def regression_findings(section: dict) -> list[dict]:

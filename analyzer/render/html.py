@@ -145,14 +145,14 @@ def _baseline(report: dict) -> str:
     b = report.get("baseline") or {}
     if not b.get("metrics"):
         return ""
+    from analyzer.baseline import format_change, format_value
     rows, hl = [], set()
     for i, m in enumerate(b["metrics"]):
         if m.get("regressed"):
             hl.add(i)
-        rows.append([m.get("name"), num(m.get("baseline"), 4), num(m.get("current"), 4),
-                     "-" if m.get("change") is None else f"{100 * m['change']:+.1f}%",
-                     "-" if m.get("threshold") is None else f"{100 * m['threshold']:+.0f}%",
-                     "regressed" if m.get("regressed") else ""])
+        rows.append([m.get("name"), format_value(str(m.get("metric")), m.get("baseline")),
+                     format_value(str(m.get("metric")), m.get("current")), format_change(m),
+                     format_change(m, "threshold"), "regressed" if m.get("regressed") else ""])
     return (f"<h2>Against the baseline <code>{_e(b.get('source'))}</code></h2>"
             + _table(["metric", "baseline", "current", "change", "threshold", ""], rows, hl))
 

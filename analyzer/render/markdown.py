@@ -98,9 +98,9 @@ def _baseline(report: dict) -> list[str]:
     b = report.get("baseline") or {}
     if not b.get("metrics"):
         return []
-    rows = [[md_escape(m.get("name")), num(m.get("baseline"), 4), num(m.get("current"), 4),
-             "-" if m.get("change") is None else f"{100 * m['change']:+.1f}%",
-             "-" if m.get("threshold") is None else f"{100 * m['threshold']:+.0f}%",
+    from analyzer.baseline import format_change, format_value
+    rows = [[md_escape(m.get("name")), format_value(str(m.get("metric")), m.get("baseline")),
+             format_value(str(m.get("metric")), m.get("current")), format_change(m), format_change(m, "threshold"),
              "**regressed**" if m.get("regressed") else ""] for m in b["metrics"]]
     return ["", f"### Against the baseline {md_code(b.get('source'))}", ""] + md_table(
         ["metric", "baseline", "current", "change", "threshold", ""], rows, "baseline metrics")

@@ -6,6 +6,11 @@ from typing import Any, Optional
 from analyzer.render.common import (cost_text, evidence_texts, ms, num, pct, ranges,  # noqa: F401 (ranges re-exported)
                                     subject_text)
 
+
+def one_line(text: Any) -> str:
+    """Input-derived text on one terminal line: CR/LF and other control characters become spaces."""
+    return "".join(" " if (ord(c) < 32 or ord(c) == 127) else c for c in str(text))
+
 _COLORS = {"error": "\033[1;31m", "warning": "\033[1;33m", "info": "\033[36m", "ok": "\033[1;32m",
            "bold": "\033[1m", "dim": "\033[2m"}
 _RESET = "\033[0m"
@@ -91,11 +96,11 @@ def _findings(report: dict, paint: _Painter) -> list[str]:
     for i, f in enumerate(findings, 1):
         sev = str(f.get("severity", "?"))
         subj = subject_text(f)
-        line = f"{i:>2}. {paint(sev, sev.upper())} {f.get('id', '')} {f.get('title', '')}"
+        line = f"{i:>2}. {paint(sev, sev.upper())} {one_line(f.get('id', ''))} {one_line(f.get('title', ''))}"
         out.append(line + (f"  [{subj}]" if subj else ""))
         ev = evidence_texts(f)
         for e in ev[:MAX_EVIDENCE]:
-            out.append(f"      - {e}")
+            out.append(f"      - {one_line(e)}")
         if len(ev) > MAX_EVIDENCE:
             out.append(f"      - ... {len(ev) - MAX_EVIDENCE} more (see --format json)")
         extra = [x for x in (cost_text(f), f"confidence {f['confidence']:.0%}" if f.get("confidence") is not None
@@ -103,7 +108,7 @@ def _findings(report: dict, paint: _Painter) -> list[str]:
         if extra:
             out.append("      " + paint("dim", "; ".join(extra)))
         if f.get("fix"):
-            out.append(f"      fix: {f['fix']}")
+            out.append(f"      fix: {one_line(f['fix'])}")
     return out
 
 
@@ -117,7 +122,7 @@ def _hang(report: dict, paint: _Painter) -> list[str]:
                    f"culprit ranks {ranges(d.get('culprit_ranks') or []) or '-'}, "
                    f"waiting {ranges(d.get('waiting_ranks') or []) or '-'}")
         if d.get("cause"):
-            out.append(f"    cause: {d['cause']}")
+            out.append(f"    cause: {one_line(d['cause'])}")
     return out
 
 
@@ -181,16 +186,16 @@ def _baseline(report: dict, paint: _Painter) -> list[str]:
     b = report.get("baseline") or {}
     if not b.get("metrics"):
         return []
+    from analyzer.baseline import format_change, format_value
     body = []
     for m in b["metrics"]:
-        ch = m.get("change")
         mark = "REGRESSED" if m.get("regressed") else ""
-        body.append([str(m.get("name")), num(m.get("baseline"), 4), num(m.get("current"), 4),
-                     "-" if ch is None else f"{100 * ch:+.1f}%", "-" if m.get("threshold") is None else
-                     f"{100 * m['threshold']:+.0f}%", mark])
+        name = str(m.get("metric", m.get("name")))
+        body.append([one_line(m.get("name")), format_value(name, m.get("baseline")),
+                     format_value(name, m.get("current")), format_change(m), format_change(m, "threshold"), mark])
     lines = table(["metric", "baseline", "current", "change", "threshold", ""], body)
     lines = [paint("error", ln) if ln.rstrip().endswith("REGRESSED") else ln for ln in lines]
-    return ["", f"baseline: {b.get('source')}"] + lines
+    return ["", f"baseline: {one_line(b.get('source'))}"] + lines
 
 
 def _problems(report: dict) -> list[str]:
@@ -200,10 +205,10 @@ def _problems(report: dict) -> list[str]:
     if problems or report.get("warnings"):
         out.append("")
     for f in problems:
-        out.append(f"{f['status']}: {f['path']}: {f.get('message', '')}")
+        out.append(f"{f['status']}: {one_line(f['path'])}: {one_line(f.get('message', ''))}")
     for w in report.get("warnings") or []:
         if not any(w == f.get("message") for f in problems):
-            out.append(f"warning: {w}")
+            out.append(f"warning: {one_line(w)}")
     return out
 
 
