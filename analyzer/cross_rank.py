@@ -1,11 +1,262 @@
-"""Cross-rank timeline analysis section of the report (clock alignment, collectives, stragglers, groups, pipeline)."""
+"""Cross-rank timeline analysis section of the report (clock alignment, collectives, stragglers, groups, pipeline).
+
+Order of work: hosts → group keys and sequence numbers → clock offsets from collectives (plus send/recv pairs
+when collectives leave a clock unlinked) → peers of unlabelled send/recv by aligned end time → one instance
+table on the aligned clock → stragglers, roles, pipeline, job summary. See docs/cross-rank.md.
+"""
 from __future__ import annotations
 
-from typing import Optional
+from dataclasses import dataclass
+from typing import Any, Optional
 
+import numpy as np
+import pandas as pd
+
+from analyzer import align as al_mod
+from analyzer import collectives as co
+from analyzer import pipeline as pl
+from analyzer import stragglers as sg
 from analyzer.job import Job
+from analyzer.topology import Hosts, declared_groups, group_span, infer_role, resolve_hosts
+
+#: Unlabelled send/recv pair when their aligned ends are this close (plus 5× the alignment residual).
+PEER_TOLERANCE_NS = 50_000
+
+
+@dataclass
+class CrossRank:
+    """Everything the section is built from (plain tables, usable from Python)."""
+
+    hosts: Hosts
+    alignment: al_mod.Alignment
+    instances: pd.DataFrame   # one row per collective instance / send-recv pair (aligned ns)
+    members: pd.DataFrame     # one row per (instance, rank): aligned start/end, wait_ns, duration_ns
+    expected: dict
+    match_method: str
+    unmatched_rows: int
+    groups: dict
+
+
+def _empty_members() -> pd.DataFrame:
+    return pd.DataFrame({k: [] for k in ("iid", "rank", "start", "end", "op", "nelems", "dtype", "process_group",
+                                         "kind", "seq", "src", "dst", "step")})
+
+
+def analyse(job: Job, gpus_per_node: Optional[int] = None) -> CrossRank:
+    """Match, align and time every collective instance of the job."""
+    hosts = resolve_hosts(job, gpus_per_node)
+    ranks = job.ranks
+    domain_of = {r: (hosts.host(r) if hosts.known else f"rank{r}") for r in ranks}
+    declared = declared_groups(job)
+    long = co.gather(job)
+    if not len(long):
+        al = al_mod.zero_alignment(ranks, domain_of, "single_rank" if len(ranks) <= 1 else "refused",
+                                   "no collectives in the traces: nothing to align on")
+        return CrossRank(hosts, al, pd.DataFrame(), _empty_members(), {}, "none", 0, declared)
+    keys = co.assign_keys(long, declared)
+    coll = co.collective_sequences(long)
+    coll_key = pd.MultiIndex.from_arrays([coll["process_group"], coll["seq"]])
+    coll = coll.assign(obs=pd.factorize(coll_key)[0])
+    obs = coll[["obs", "rank", "end"]].rename(columns={"end": "t"})
+    al = al_mod.estimate(obs, ranks, domain_of)
+
+    p2p = co.p2p_rows(long)
+    if len(p2p):
+        size2 = {k: m for k, m in keys.members.items() if len(m) == 2}
+        implied = [(m[1] if r == m[0] else m[0]) if k in size2 and r in m else -1
+                   for k, m, r in zip(p2p["process_group"], [size2.get(k, []) for k in p2p["process_group"]],
+                                      p2p["rank"])]
+        p2p["peer"] = np.where(p2p["peer"] >= 0, p2p["peer"], np.array(implied, dtype=np.int64))
+        if al.status == "refused":
+            known = co.pair_by_order(p2p)
+            kk = pd.factorize(pd.MultiIndex.from_arrays([known["process_group"], known["src"], known["dst"],
+                                                         known["seq"]]))[0] + obs["obs"].max() + 1
+            extra = [obs, pd.DataFrame({"obs": kk, "rank": known["rank"].to_numpy(), "t": known["end"].to_numpy()})]
+            unl = p2p[p2p["peer"] < 0]
+            if len(unl):
+                mo = al_mod.p2p_pair_observations(unl, domain_of)
+                mo["obs"] += (int(extra[-1]["obs"].max()) + 1 if len(kk) else int(obs["obs"].max()) + 1)
+                extra.append(mo)
+            al = al_mod.estimate(pd.concat(extra, ignore_index=True), ranks, domain_of,
+                                 what="collectives and send/recv pairs")
+        unl = p2p["peer"].to_numpy() < 0
+        if unl.any():
+            res = al.offsets["residual_ns"].max()
+            tol = PEER_TOLERANCE_NS + (5 * res if res == res else 0)
+            aend = p2p.loc[unl, "end"].to_numpy() + al.shift(p2p.loc[unl, "rank"].to_numpy())
+            found = co.peers_by_end(p2p[unl], aend, int(tol))
+            p2p.loc[unl, "peer"] = found
+    # ---- members on the aligned clock ---------------------------------------------------------------
+    parts = []
+    c = coll.assign(kind="collective", src=-1, dst=-1)
+    c["iid"] = c["obs"]
+    parts.append(c)
+    expected = {("collective", k): m for k, m in keys.members.items()}
+    unmatched = 0
+    if len(p2p):
+        pr = co.pair_by_order(p2p)
+        unmatched += int((p2p["peer"] < 0).sum())
+        pk = pd.factorize(pd.MultiIndex.from_arrays([pr["process_group"], pr["src"], pr["dst"], pr["seq"]]))[0]
+        pr = pr.assign(kind="p2p", iid=pk + int(c["iid"].max() + 1 if len(c) else 0))
+        parts.append(pr)
+        for k in pr["process_group"].unique():
+            expected[("p2p", k)] = [0, 1]
+    mem = pd.concat(parts, ignore_index=True)
+    shift = al.shift(mem["rank"].to_numpy())
+    mem["start"] = mem["start"].to_numpy() + shift
+    mem["end"] = mem["end"].to_numpy() + shift
+    keep = ["iid", "rank", "start", "end", "op", "nelems", "dtype", "process_group", "kind", "seq", "src", "dst",
+            "step", "stream"]
+    mem = mem[keep]
+    inst, members = co.instance_frame(mem, hosts.rank_to_host if hosts.known else {}, expected)
+    unmatched += int((~inst["complete"]).sum())
+    return CrossRank(hosts, al, inst, members, expected, keys.method, unmatched, declared)
+
+
+def _groups_section(job: Job, cr: CrossRank) -> list[dict]:
+    """Process groups: members, hosts spanned, span, inferred role with evidence, op counts."""
+    inst = cr.instances
+    names = set(cr.groups) | (set(inst["process_group"]) if len(inst) else set())
+    world = job.world_size or len(job.ranks)
+    nsteps = max(1, len([s for s in (job.step_metrics["step"].unique() if len(job.step_metrics) else [])
+                         if s >= 0]))
+    pos = _first_positions(job, cr)
+    out = []
+    for name in sorted(names, key=lambda n: (not str(n).isdigit(), int(n) if str(n).isdigit() else 0, str(n))):
+        g = cr.groups.get(name)
+        ranks = list(g.ranks) if g is not None and g.ranks else \
+            cr.expected.get(("collective", name)) or sorted(set(cr.members.loc[cr.members["process_group"] == name,
+                                                                             "rank"]))
+        sub = inst[inst["process_group"] == name] if len(inst) else inst
+        ops = {str(k): int(v) for k, v in sub["op"].value_counts().items()} if len(sub) else {}
+        if len(sub) and (sub["kind"] == "p2p").any():
+            pp = sub[sub["kind"] == "p2p"]
+            ops.pop("send", None)
+            ops.pop("recv", None)
+            ops["send"] = ops.get("send", 0) + len(pp)
+            ops["recv"] = ops.get("recv", 0) + len(pp)
+        coll_sub = sub[sub["kind"] == "collective"] if len(sub) else sub
+        per_step = len(coll_sub) / nsteps if len(coll_sub) else 0.0
+        hs, span = group_span(ranks, cr.hosts)
+        role, evidence = infer_role(name, ranks, world, ops, per_step, pos.get(name))
+        out.append({"name": name, "desc": g.desc if g is not None else "", "ranks": ranks, "size": len(ranks),
+                    "hosts": hs, "n_hosts": len(hs) if cr.hosts.known else None, "span": span, "role": role,
+                    "evidence": evidence, "ops": ops})
+    return out
+
+
+def _first_positions(job: Job, cr: CrossRank) -> dict:
+    """Per group: median (over members and steps) share of the step's compute done before its first collective."""
+    m = cr.members
+    if not len(m) or job.step_metrics is None or not len(job.step_metrics):
+        return {}
+    m = m[(m["kind"] == "collective") & (m["step"] >= 0)]
+    first = m.groupby(["process_group", "rank", "step"])["start"].min().reset_index()
+    rows = []
+    for r, g in first.groupby("rank"):
+        t = job.traces[r]
+        a = t.activity
+        comp = a[a["kind"].to_numpy() == "compute"]
+        from analyzer import intervals as iv
+        u = iv.union(comp["start"].to_numpy(), comp["end"].to_numpy())
+        st = t.steps.set_index("step")
+        ws = st.loc[g["step"], "start"].to_numpy()
+        we = st.loc[g["step"], "end"].to_numpy()
+        local = g["start"].to_numpy() - cr.alignment.offset_of.get(int(r), 0)
+        before = iv.clipped_lengths(u, ws, np.minimum(local, we))
+        total = iv.clipped_lengths(u, ws, we)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rows.append(pd.DataFrame({"process_group": g["process_group"].to_numpy(),
+                                      "pos": np.where(total > 0, before / np.maximum(total, 1), np.nan)}))
+    if not rows:
+        return {}
+    df = pd.concat(rows)
+    return df.groupby("process_group")["pos"].median().dropna().to_dict()
+
+
+def _link_class(job: Job, span: str) -> str:
+    if any(t.device_type == "cpu" for t in job.traces.values()):
+        return "socket"
+    return {"intra_node": "nvlink", "inter_node": "ib"}.get(span, "unknown")
 
 
 def cross_rank_section(job: Job, gpus_per_node: Optional[int] = None) -> dict:
-    """JSON-ready dict of everything learned between ranks (placeholder until the cross-rank analysis lands)."""
-    return {}
+    """JSON-ready dict of everything learned between ranks (docs/report-sections.md `cross_rank`)."""
+    if not job.traces:
+        return {}
+    cr = analyse(job, gpus_per_node)
+    groups = _groups_section(job, cr)
+    span_of = {g["name"]: g["span"] for g in groups}
+    role_of = {g["name"]: g["role"] for g in groups}
+    inst, mem = cr.instances, cr.members
+    section: dict[str, Any] = {
+        "hosts": {"source": cr.hosts.source, "rank_to_host": {str(r): h for r, h in cr.hosts.rank_to_host.items()},
+                  "gpus_per_node": cr.hosts.gpus_per_node},
+        "alignment": cr.alignment.to_dict(),
+        "process_groups": groups,
+    }
+    if len(inst):
+        by = []
+        for (pg, op), g in inst.groupby(["process_group", "op"], sort=True):
+            by.append({"process_group": pg, "op": op, "role": role_of.get(pg), "count": int(len(g)),
+                       "bytes": int(g["bytes"].clip(lower=0).sum()) if (g["bytes"] >= 0).any() else None,
+                       "mean_transfer_us": float(g["transfer_ns"].mean()) / 1e3,
+                       "mean_busbw_gbps": _nanmean(g["busbw_gbps"]),
+                       "mean_algbw_gbps": _nanmean(g["algbw_gbps"]),
+                       "link_class": _link_class(job, span_of.get(pg, "unknown")),
+                       "crossed_hosts": bool(g["crossed_hosts"].any()) if cr.hosts.known else None})
+        wait = mem.groupby("rank")["wait_ns"].agg(["sum", "mean"])
+        section["collectives"] = {
+            "instances": int(len(inst)), "matched": int(inst["complete"].sum()),
+            "unmatched": int(cr.unmatched_rows), "match_method": cr.match_method,
+            "p2p_pairs": int((inst["kind"] == "p2p").sum()), "by_group_op": by,
+            "per_rank_wait": [{"rank": int(r), "total_wait_us": float(w["sum"]) / 1e3,
+                               "mean_wait_us": float(w["mean"]) / 1e3} for r, w in wait.iterrows()]}
+        section["stragglers"] = sg.analyse(job, inst, mem)
+        section["pipeline"] = pl.analyse(job, inst, mem)
+    else:
+        section["collectives"] = {"instances": 0, "matched": 0, "unmatched": 0, "match_method": cr.match_method,
+                                  "by_group_op": [], "per_rank_wait": []}
+        section["stragglers"] = {"per_rank": [], "straggler": None, "confidence": 0.0, "attribution": "unknown",
+                                 "evidence": "no collectives", "per_step": []}
+        section["pipeline"] = pl.analyse(job, inst, mem) if len(inst) else {"detected": False}
+    section["step_spread"] = sg.step_spread(job.step_metrics)
+    section["summary"] = _summary(job, cr, section)
+    return section
+
+
+def _nanmean(s: pd.Series) -> Optional[float]:
+    v = s.to_numpy(dtype=float)
+    v = v[np.isfinite(v)]
+    return float(v.mean()) if len(v) else None
+
+
+def _summary(job: Job, cr: CrossRank, section: dict) -> dict:
+    """Critical path in outline (per step: whom the job waited for, where) and scaling-relevant shares."""
+    sm = job.step_metrics
+    step_total = float(sm["step_time_ns"].sum()) if sm is not None and len(sm) else float("nan")
+    inst, mem = cr.instances, cr.members
+    crit = []
+    if len(inst):
+        ci = inst[(inst["kind"] == "collective") & (inst["last_delay_ns"] > sg.TIE_NS)]
+        for step, g in ci.groupby("step", sort=True):
+            by = g.groupby("last_rank")["last_delay_ns"].sum()
+            r = int(by.idxmax())
+            worst = g[g["last_rank"] == r].sort_values("last_delay_ns").iloc[-1]
+            crit.append({"step": int(step), "rank": r, "delay_us": float(by.max()) / 1e3,
+                         "where": f"{worst['op']} #{int(worst['seq'])} on process group {worst['process_group']}: "
+                                  f"the others waited {worst['last_delay_ns'] / 1e3:.1f} µs for rank {r}"})
+    exposed = float(sm["exposed_comm_ns"].sum()) / step_total if step_total and step_total > 0 else None
+    wait = float(mem.loc[mem["step"] >= 0, "wait_ns"].sum()) / step_total if len(mem) and step_total > 0 else None
+    bubble = None
+    pipe = section.get("pipeline") or {}
+    if pipe.get("detected") and pipe.get("per_stage") and sm is not None and len(sm):
+        st = sm.set_index(["rank", "step"])["step_time_ns"]
+        num = den = 0.0
+        for x in pipe["per_stage"]:
+            k = (x["rank"], x["step"])
+            if k in st.index and x["bubble_rate"] == x["bubble_rate"]:
+                num += x["bubble_rate"] * x["window_us"] * 1e3
+                den += float(st.loc[k])
+        bubble = num / den if den else None
+    return {"critical_path": crit, "exposed_comm_share": exposed, "bubble_share": bubble, "wait_share": wait}
