@@ -15,6 +15,7 @@ import pandas as pd
 from analyzer.hang_inputs import Group, HangInputs, gather
 
 Evidence = tuple[str, "int | None", str]
+KIND_ALIASES = {"stalled_rank": "lagging_rank", "skipped_rank": "missing_rank"}  # other tools' names → ours
 KIND_RANK = {"mismatched_op": 0, "order_mismatch": 0, "extra_collective": 0, "skipped_collective": 0,
              "mismatched_size": 1, "mismatched_dtype": 1, "crashed_rank": 2, "nccl_error": 2, "missing_rank": 3,
              "lagging_rank": 3, "watchdog_timeout": 5}
@@ -103,8 +104,10 @@ def _tail(path: str, n: int = 3) -> list[tuple[int, str]]:
 class _GroupView:
     """One group's per-rank sequences and status, with the progress numbers the rules compare."""
 
-    def __init__(self, g: Group, seqs: pd.DataFrame, status: pd.DataFrame) -> None:
+    def __init__(self, g: Group, seqs: pd.DataFrame, status: pd.DataFrame, failed_ranks: set[int] = frozenset()
+                 ) -> None:
         self.g = g
+        self.failed_ranks = set(failed_ranks)
         self.rows = {int(r): df.set_index("seq", drop=False) for r, df in seqs.groupby("rank")}
         self.status = {int(r.rank): r for r in status.itertuples(index=False)}
         self.present = sorted(set(self.rows) | set(self.status))
@@ -159,6 +162,8 @@ def _first_divergence(v: _GroupView) -> HangDiagnosis | None:
             lag = {r: max(v.max_enq[h] for h in have) - v.max_enq[r] for r in lack}
             stalled = [r for r in lack if lag[r] >= 2 or _own_work_stuck(v, r)]
             d.kind = "lagging_rank" if stalled else "missing_rank"
+            if all(r in v.failed_ranks for r in lack):
+                d.kind = "crashed_rank"
             d.culprit_ranks = sorted(lack)
             last = {r: v.max_enq[r] for r in lack}
             d.seq = min(s, min(last.values()) + 1)  # the first collective the culprit never issued
@@ -166,6 +171,9 @@ def _first_divergence(v: _GroupView) -> HangDiagnosis | None:
                        f"{sorted(have)} wait in it: " + ("a rank that stalled earlier" if stalled else
                                                          "the collective sits behind a rank-dependent branch or an "
                                                          "uneven number of batches"))
+            if d.kind == "crashed_rank":
+                d.cause = (f"rank(s) {sorted(lack)} stopped at seq {last} and their logs end in errors (no dump "
+                           f"from them): they crashed while {sorted(have)} wait in seq {d.seq}")
             return d
     return _status_lag(v)
 
@@ -392,9 +400,13 @@ def analyze_hang(dumps: Iterable[Any] = (), logs: Iterable[Any] = (), world_size
     dumps, logs = list(dumps), list(logs)
     inp = gather(dumps, logs, world_size)
     diags: list[HangDiagnosis] = []
+    errs = inp.errors[inp.errors["kind"].isin(["nccl_error", "dist_backend_error"])] if not inp.errors.empty else None
+    failed = inp.warn_ranks | (set(errs["rank"]) if errs is not None else set())
+    if dumps:  # with dumps, a rank that left none and whose log shows errors crashed
+        failed -= inp.dump_ranks
     for key in sorted(inp.groups, key=lambda k: (k.startswith("nccl:"), len(k), k)):
         g = inp.groups[key]
-        v = _GroupView(g, inp.seqs[inp.seqs["group"] == key], inp.status[inp.status["group"] == key])
+        v = _GroupView(g, inp.seqs[inp.seqs["group"] == key], inp.status[inp.status["group"] == key], failed)
         diags.extend(_analyse_group(v, inp))
     _chain(inp, diags)
     diags.extend(_error_diags(inp, diags))

@@ -234,12 +234,59 @@ def gather(dumps: list, logs: list, world_size: int | None) -> HangInputs:
                 world |= set(cfg["ranks"])
     if not world_size and world:
         world = set(range(max(world) + 1))
+    _resolve_members(groups, seqs, status, world)
+    seqs = _link_comms(seqs, groups, warnings)
+    return HangInputs(seqs=seqs, status=status, groups=groups, world=world, dump_ranks=dump_ranks,
+                      log_ranks=log_ranks, warn_ranks=_warn_ranks(logs),
+                      errors=pd.DataFrame(err, columns=["rank", "group", "kind", "seq", "file", "line", "text"]),
+                      warnings=warnings)
+
+
+def _link_comms(seqs: pd.DataFrame, groups: dict[str, Group], warnings: list[str]) -> pd.DataFrame:
+    """Fold an NCCL communicator into the process group it serves when members match and opCount + 1 == SeqNum.
+
+    The offset is checked against the watchdog/FR rows of that group (same count at seq = opCount + 1 on a
+    majority of comparable rows); with nothing to check against, a communicator is linked only when exactly one
+    process group has its members.
+    """
+    if seqs.empty:
+        return seqs
+    pgs = [g for g in groups.values() if not g.key.startswith("nccl:") and g.members]
+    for c in [g for g in groups.values() if g.key.startswith("nccl:") and g.members]:
+        cands = [g for g in pgs if g.members == c.members]
+        crow = seqs[seqs["group"] == c.key]
+        if not cands or crow.empty:
+            continue
+        best, best_score = None, 0
+        for g in cands:
+            grow = seqs[(seqs["group"] == g.key) & (seqs["source"] != "nccl_log")]
+            m = grow.merge(crow.assign(seq=crow["seq"] + 1), on=["rank", "seq"], suffixes=("", "_c"))
+            m = m[(m["numel_in"] >= 0) & (m["numel_in_c"] >= 0)]
+            hits = int((m["numel_in"] == m["numel_in_c"]).sum())
+            score = hits - (len(m) - hits)
+            if score > best_score:
+                best, best_score = g, score
+        if best is None and len(cands) == 1 and seqs[(seqs["group"] == cands[0].key)].empty:
+            best = cands[0]
+        if best is None:
+            continue
+        idx = seqs["group"] == c.key
+        seqs.loc[idx, "seq"] = seqs.loc[idx, "seq"] + 1
+        seqs.loc[idx, "group"] = best.key
+        best.desc = best.desc or c.desc
+        warnings.append(f"NCCL communicator {c.key[5:]} linked to process group {best.key} ({best.desc}): "
+                        "opCount + 1 used as the sequence number")
+        del groups[c.key]
+    pri = seqs["source"].map({"flight_recorder": 0, "nccl_log": 1, "watchdog": 2})
+    seqs = seqs.assign(_pri=pri).sort_values(["_pri", "order"]).drop_duplicates(["group", "rank", "seq"])
+    return seqs.drop(columns="_pri").sort_values(["group", "rank", "seq"]).reset_index(drop=True)
+
+
+def _resolve_members(groups: dict[str, Group], seqs: pd.DataFrame, status: pd.DataFrame, world: set[int]) -> None:
+    """Members of groups whose config did not list them: the world for the default group, else those observed."""
     for g in groups.values():
         if g.members is None and (g.key == "0" or g.desc == "default_pg"):
             g.members, g.member_source = set(world), "world"
         elif g.members is None:
             seen = set(seqs.loc[seqs["group"] == g.key, "rank"]) | set(status.loc[status["group"] == g.key, "rank"])
             g.members, g.member_source = {int(x) for x in seen}, "observed"
-    return HangInputs(seqs=seqs, status=status, groups=groups, world=world, dump_ranks=dump_ranks,
-                      log_ranks=log_ranks, warn_ranks=_warn_ranks(logs), errors=pd.DataFrame(err, columns=["rank", "group", "kind", "seq", "file",
-                                                                              "line", "text"]), warnings=warnings)
