@@ -1,9 +1,129 @@
-"""Run the registered rules over an analysed job and rank their findings (placeholder until rules land)."""
+"""Run the registered rules over an analysed job: select, run, merge duplicates, attach consequences, rank."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
+
+from rules.config import RuleConfig
+from rules.context import Context
+from rules.finding import Evidence, Finding
+from rules.registry import RULES, load_all
+
+RULE_DOC = "analyze --explain {id}"
 
 
-def run_rules(job: Any, report: dict, config: Any = None) -> list[dict]:
-    """Findings as JSON-ready dicts, ranked by severity, then estimated cost, then confidence."""
-    return []
+def run_rules(job: Any, report: dict, config: Any = None, strict: bool = False) -> list[dict]:
+    """Findings as JSON-ready dicts, ranked by severity, then estimated cost, then confidence.
+
+    A rule that raises is skipped with a report warning (strict=True re-raises, for tests).
+    """
+    return [f.to_dict() for f in collect_findings(report, config, job=job, strict=strict)]
+
+
+def collect_findings(report: dict, config: Optional[RuleConfig] = None, job: Any = None,
+                     strict: bool = False) -> list[Finding]:
+    """The ranked Finding objects (root causes only; merged consequences live inside them)."""
+    load_all()
+    cfg = config if isinstance(config, RuleConfig) else RuleConfig()
+    ctx = Context(report=report, thresholds=dict(cfg.thresholds), job=job)
+    found: list[Finding] = []
+    for rid in sorted(RULES):
+        if not cfg.enabled(rid):
+            continue
+        r = RULES[rid]
+        try:
+            for f in r.func(ctx) or ():
+                f.id = f.id or r.id
+                f.title = f.title or r.title
+                f.severity = f.severity or r.severity
+                f.fix = f.fix or r.fix
+                f.rule_doc = f.rule_doc or RULE_DOC.format(id=f.id)
+                f.confidence = min(1.0, max(0.0, float(f.confidence)))
+                found.append(f)
+        except Exception as exc:
+            if strict:
+                raise
+            report.setdefault("warnings", []).append(
+                f"rule {rid} failed and was skipped ({type(exc).__name__}: {exc})")
+    found = merge_duplicates(found)
+    found.sort(key=Finding.sort_key)
+    return attach_consequences(found)
+
+
+def _subject_key(f: Finding) -> tuple:
+    """Identity of a finding for de-duplication: id and subject."""
+    s = f.subject
+    coll = tuple(sorted((s.collective or {}).items()))
+    return (f.id, tuple(sorted(s.ranks)), s.process_group, s.step, coll)
+
+
+def merge_duplicates(found: list[Finding]) -> list[Finding]:
+    """One finding per (id, subject): evidence merged, highest confidence and cost kept."""
+    seen: dict[tuple, Finding] = {}
+    out = []
+    for f in found:
+        k = _subject_key(f)
+        g = seen.get(k)
+        if g is None:
+            seen[k] = f
+            out.append(f)
+            continue
+        have = {(e.text, e.file, e.line) for e in g.evidence}
+        g.evidence.extend(e for e in f.evidence if (e.text, e.file, e.line) not in have)
+        g.confidence = max(g.confidence, f.confidence)
+        if f.cost is not None:
+            g.cost = max(g.cost or 0.0, f.cost)
+        g.involved |= f.involved
+    return out
+
+
+def _matches(rid: str, selectors: list[str]) -> bool:
+    """True when a rule id starts with one of the selectors."""
+    return any(rid.startswith(s) for s in selectors)
+
+
+def related(root: Finding, cons: Finding) -> bool:
+    """Whether `cons` is about the same ranks / group as `root` (so root can explain it)."""
+    if cons.caused_by and root.anchor and cons.caused_by == root.anchor:
+        return True
+    a, b = root.ranks_touched(), cons.ranks_touched()
+    if a and b and not b <= a:
+        return False
+    pa, pb = root.subject.process_group, cons.subject.process_group
+    if pa is not None and pb is not None and str(pa) != str(pb):
+        return bool(b) and bool(a)
+    return True
+
+
+def _explains(f: Finding) -> list[str]:
+    """Rule-level plus finding-level selectors of what a finding explains."""
+    return (list(RULES[f.id].explains) if f.id in RULES else []) + list(f.explains)
+
+
+def attach_consequences(ranked: list[Finding]) -> list[Finding]:
+    """Walk findings best first; each absorbs the findings it explains (transitively: what it absorbs, it
+    also explains), listed under `consequences`. Roots keep their rank order."""
+    absorbed: set[int] = set()
+    for i, root in enumerate(ranked):
+        if i in absorbed:
+            continue
+        sel = _explains(root)
+        changed = True
+        while changed and sel:
+            changed = False
+            for j, cons in enumerate(ranked):
+                if j == i or j in absorbed or cons.id == root.id or not _matches(cons.id, sel):
+                    continue
+                if not related(root, cons):
+                    continue
+                absorbed.add(j)
+                changed = True
+                root.consequences.append({"id": cons.id, "title": cons.title, "severity": cons.severity,
+                                          "ranks": [int(r) for r in cons.subject.ranks],
+                                          "evidence": [e.text for e in cons.evidence[:2]]})
+                root.consequences.extend(cons.consequences)
+                cons.consequences = []
+                sel = sel + [s for s in _explains(cons) if s not in sel]
+    return sorted((f for i, f in enumerate(ranked) if i not in absorbed), key=Finding.sort_key)
+
+
+__all__ = ["run_rules", "collect_findings", "merge_duplicates", "attach_consequences", "Evidence", "Finding"]

@@ -1,0 +1,333 @@
+"""Load-balance rules: straggler rank, step-time spread, host / data-loader stalls, uneven work in one step,
+MoE expert imbalance."""
+from __future__ import annotations
+
+from typing import Iterator, Optional
+
+from rules.context import Context
+from rules.finding import Evidence, Finding, Subject
+from rules.registry import Threshold, rule
+from rules.util import frac, group_for_rank, median, num, pct, ranks_text
+
+WAIT_EFFECTS = ("LOAD002", "COMM001", "COMM002", "PIPE001")
+ATTRIBUTION = {
+    "compute": "it computes longer than its peers (more work or a slower GPU)",
+    "host": "its GPU waits for the host (data loader, CPU work, Python) before launching work",
+    "link": "its transfers are slower (a slower link or NIC)",
+}
+
+
+def _all_ranks(ctx: Context) -> set[int]:
+    """Every rank the report knows about."""
+    return {int(r) for r in (ctx.report.get("job") or {}).get("ranks") or []}
+
+
+def _steps_by_rank(ctx: Context) -> dict[int, dict[int, dict]]:
+    """{step: {rank: per_step row}} for real ProfilerStep windows (whole-trace rows excluded)."""
+    out: dict[int, dict[int, dict]] = {}
+    for r in ctx.per_step():
+        if r.get("whole_trace") or r.get("step") is None or r.get("rank") is None:
+            continue
+        out.setdefault(int(r["step"]), {})[int(r["rank"])] = r
+    return out
+
+
+def _compute_straggler(ctx: Context) -> Optional[dict]:
+    """A rank whose compute is ≥ (1 + straggler_compute_excess) × the step median in ≥ 80 % of steps."""
+    steps = _steps_by_rank(ctx)
+    if len(steps) < 2:
+        return None
+    excess = ctx.t("straggler_compute_excess")
+    slow: dict[int, list[float]] = {}
+    step_times = []
+    for rows in steps.values():
+        comp = {r: num(x.get("compute_us")) for r, x in rows.items() if num(x.get("compute_us"))}
+        if len(comp) < 2:
+            continue
+        med = median(list(comp.values()))
+        step_times.append(median([num(x.get("step_time_us")) or 0.0 for x in rows.values()]) or 0.0)
+        for r, c in comp.items():
+            if med and c >= (1 + excess) * med:
+                slow.setdefault(r, []).append(c - med)
+    n_steps = len(step_times)
+    cand = {r: v for r, v in slow.items() if len(v) >= 0.8 * n_steps}
+    if not cand or len(cand) > max(1, len(_all_ranks(ctx)) // 4):
+        return None
+    r = max(cand, key=lambda k: sum(cand[k]))
+    st = median(step_times) or 0.0
+    extra = sum(cand[r]) / len(cand[r])
+    return {"rank": r, "cost": min(1.0, extra / st) if st else None, "attribution": "compute", "confidence": 0.6,
+            "evidence": [Evidence(f"rank {r} computes {extra / 1000:.2f} ms more than the median rank in "
+                                  f"{len(cand[r])} of {n_steps} steps")]}
+
+
+def straggler_info(ctx: Context) -> Optional[dict]:
+    """The straggler (rank, cost, attribution, evidence) from the cross-rank section, else from per-step compute."""
+    s = ctx.cross.get("stragglers") or {}
+    rank = s.get("straggler")
+    if rank is None:
+        return None if s.get("per_rank") else _compute_straggler(ctx)
+    rows = {int(r["rank"]): r for r in s.get("per_rank") or [] if r.get("rank") is not None}
+    row = rows.get(int(rank), {})
+    n = max(len(rows), len(_all_ranks(ctx)), 2)
+    last = frac(row.get("pct_last"))
+    need = max(ctx.t("straggler_pct_last"), 1.5 / n)
+    if last is None or last < need:
+        return None
+    imposed = num(row.get("wait_imposed_us")) or 0.0
+    tt = ctx.traced_time_us()
+    cost = imposed / (n - 1) / tt if tt else None
+    if cost is not None and cost < ctx.t("straggler_cost_min"):
+        return None
+    ev = [Evidence(f"rank {rank} arrives last at {pct(last)} of collectives (times last: {row.get('times_last')})"),
+          Evidence(f"it makes the other ranks wait {imposed / 1000:.2f} ms in total "
+                   f"({pct(cost)} of each rank's step time on average)")]
+    if s.get("evidence"):
+        ev.append(Evidence(str(s["evidence"])))
+    comp = _compute_straggler(ctx)
+    attribution = str(s.get("attribution") or "unknown")
+    if comp and comp["rank"] == int(rank):
+        ev += comp["evidence"]
+        if attribution == "unknown":
+            attribution = "compute"
+    conf = num(s.get("confidence"))
+    return {"rank": int(rank), "cost": None if cost is None else min(1.0, cost), "attribution": attribution,
+            "confidence": 0.8 if conf is None else conf, "evidence": ev}
+
+
+@rule("LOAD001", "Straggler rank", "warning",
+      thresholds=(Threshold("straggler_pct_last", 0.6, "fraction",
+                            "a rank must arrive last at this share of collectives (and at 1.5× the chance "
+                            "level 1/n) to be called a straggler"),
+                  Threshold("straggler_cost_min", 0.02, "fraction",
+                            "… and impose waits of at least this share of the others' step time"),
+                  Threshold("straggler_compute_excess", 0.2, "fraction",
+                            "without cross-rank data: a rank computing this much more than the step median in "
+                            "≥ 80 % of steps")),
+      explains=WAIT_EFFECTS,
+      confirm="In the straggler's trace the step's compute (or the gap before its first kernel) is longer than "
+              "on the other ranks; on the others the collectives start early and wait.",
+      fix="Compute straggler: check that rank's GPU (nvidia-smi -q: clocks, throttling, ECC; DCGM), its share of "
+          "the data (uneven sequence lengths: bucket or pack), and any rank-0-only work (logging, checkpoint, "
+          "eval) — move it off the step. Host straggler: see LOAD003. Link straggler: see NET004.")
+def straggler(ctx: Context) -> Iterator[Finding]:
+    """One rank arrives last at most collectives and every other rank waits for it.
+
+    In synchronous training the slowest rank sets the pace: the others' waits inside collectives show up as
+    communication time (so a straggler inflates comm share and lowers overlap, listed as consequences). Uses
+    the cross-rank section's arrival statistics (TraceLens-style times-last / wait imposed), falling back on
+    per-step compute when there are none. Cost: the mean wait the straggler imposes per other rank, as a
+    fraction of step time.
+    """
+    info = straggler_info(ctx)
+    if info is None:
+        return
+    r = info["rank"]
+    g = group_for_rank(ctx.groups(), r)
+    why = ATTRIBUTION.get(info["attribution"], "")
+    yield Finding(title=f"Rank {r} is a straggler" + (f": {why}" if why else ""), confidence=info["confidence"],
+                  evidence=info["evidence"], cost=info["cost"],
+                  subject=Subject(ranks=[r], process_group=None if g is None else str(g.get("name"))),
+                  involved=_all_ranks(ctx) | {r}, extra={"attribution": info["attribution"]})
+
+
+def _spread_rows(ctx: Context) -> list[dict]:
+    """Per-step spread rows (cross-rank section, else computed from the per-step step times)."""
+    rows = [r for r in ctx.cross.get("step_spread") or [] if num(r.get("spread")) is not None]
+    if rows:
+        return rows
+    out = []
+    for step, by in sorted(_steps_by_rank(ctx).items()):
+        t = {rk: num(x.get("step_time_us")) for rk, x in by.items() if num(x.get("step_time_us"))}
+        if len(t) < 2:
+            continue
+        med = median(list(t.values()))
+        out.append({"step": step, "min_us": min(t.values()), "median_us": med, "max_us": max(t.values()),
+                    "spread": (max(t.values()) - min(t.values())) / med if med else None,
+                    "slowest_rank": max(t, key=t.get), "fastest_rank": min(t, key=t.get)})
+    return [r for r in out if r["spread"] is not None]
+
+
+@rule("LOAD002", "Step time differs across ranks", "warning",
+      thresholds=(Threshold("step_spread_max", 0.05, "fraction",
+                            "report when the median over steps of (max−min)/median step time across ranks exceeds "
+                            "this"),
+                  Threshold("persistent_frac", 0.6, "fraction",
+                            "warning when one rank is the slowest in at least this share of ≥ 3 steps (info "
+                            "otherwise: jitter)")),
+      confirm="Compare the ranks' ProfilerStep durations per step (metrics table); a persistent slowest rank "
+              "points at that rank, a changing one at noise or at data-dependent work.",
+      fix="Find why the slowest rank is slow (see LOAD001 / LOAD003); for data-dependent step times, balance "
+          "the per-rank work (sequence-length bucketing, packing).")
+def step_spread(ctx: Context) -> Iterator[Finding]:
+    """Ranks disagree on how long a step takes: (max − min) / median above 5 %.
+
+    In synchronous data parallelism every rank ends up waiting for the slowest one, so the spread is lost
+    time on the faster ranks. A spread caused by a straggler is listed under LOAD001. Severity warning when
+    the same rank is the slowest in most steps; info when the slowest rank changes (jitter). Cost: the
+    median over steps of (max − median) / max.
+    """
+    rows = _spread_rows(ctx)
+    if not rows:
+        return
+    spreads = [num(r["spread"]) for r in rows]
+    med = median(spreads) or 0.0
+    if med <= ctx.t("step_spread_max"):
+        return
+    slow = [r.get("slowest_rank") for r in rows if r.get("slowest_rank") is not None]
+    top = max(set(slow), key=slow.count) if slow else None
+    persistent = top is not None and len(rows) >= 3 and slow.count(top) >= ctx.t("persistent_frac") * len(rows)
+    costs = [((num(r.get("max_us")) or 0) - (num(r.get("median_us")) or 0)) / num(r.get("max_us"))
+             for r in rows if num(r.get("max_us"))]
+    worst = max(rows, key=lambda r: num(r["spread"]) or 0)
+    yield Finding(title=f"Step time differs by {pct(med)} across ranks (median over {len(rows)} steps)"
+                        + (f"; rank {top} is slowest in {slow.count(top)} of them" if persistent else ""),
+                  severity="warning" if persistent else "info", confidence=0.7 if persistent else 0.5,
+                  cost=median(costs), subject=Subject(ranks=[int(top)] if persistent else []),
+                  evidence=[Evidence(f"step {worst.get('step')}: {num(worst.get('min_us')) or 0:.0f}–"
+                                     f"{num(worst.get('max_us')) or 0:.0f} µs (spread {pct(num(worst['spread']))}), "
+                                     f"slowest rank {worst.get('slowest_rank')}"),
+                            Evidence("slowest rank per step: " + ", ".join(str(s) for s in slow[:16]))])
+
+
+@rule("LOAD003", "GPU idle waiting for the host (data loader / CPU stall)", "warning",
+      thresholds=(Threshold("idle_share_max", 0.15, "fraction",
+                            "report ranks whose GPU is idle (no kernel, no memcpy) for more than this share of "
+                            "step time"),),
+      explains=("LOAD001", "LOAD002", "COMM001", "COMM002"),
+      confirm="In the rank's trace, the GPU timeline has a gap at the start of each step while the CPU thread "
+              "is in the data loader (enumerate(DataLoader) / __next__), in H2D copies, or in Python.",
+      fix="Feed the GPU faster: DataLoader(num_workers=4-8 per GPU, pin_memory=True, prefetch_factor=2-4, "
+          "persistent_workers=True), move decoding/augmentation to workers or the GPU (DALI), avoid host syncs "
+          "(.item(), .cpu(), print of tensors) in the step, use non_blocking=True copies; CUDA graphs for "
+          "launch-bound models.")
+def host_stall(ctx: Context) -> Iterator[Finding]:
+    """The GPU sits idle for a large part of the step on some ranks: the host does not feed it.
+
+    idle = step time − |∪ all GPU activity| (DESIGN §3). A rank-specific idle gap (data loader, CPU
+    preprocessing, a host sync) also makes every other rank wait for it in the next collective, so the
+    resulting straggler, step spread and comm share are listed under this finding. The report has per-step
+    idle but not the gap before the first kernel, so the position in the step is not checked. CPU-only
+    (gloo) traces are not judged; whole-trace windows (no ProfilerStep) give info only. Cost: the idle share.
+    """
+    if ctx.cpu_only():
+        return
+    limit = ctx.t("idle_share_max")
+    idle = {int(r["rank"]): num(r.get("idle_share")) for r in ctx.per_rank()
+            if r.get("rank") is not None and num(r.get("idle_share")) is not None}
+    bad = {r: v for r, v in idle.items() if v > limit}
+    if not bad:
+        return
+    whole = ctx.whole_trace_only()
+    some = len(bad) < len(idle)
+    s = straggler_info(ctx)
+    host = s is not None and s["attribution"] == "host" and s["rank"] in bad
+    ev = [Evidence(f"rank {r}: GPU idle {pct(v)} of step time") for r, v in sorted(bad.items())[:8]]
+    if some:
+        others = [v for r, v in idle.items() if r not in bad]
+        ev.append(Evidence(f"other ranks: median idle {pct(median(others))}"))
+    if host:
+        ev.append(Evidence(f"the cross-rank analysis attributes rank {s['rank']}'s lateness to the host"))
+    worst = max(bad, key=bad.get)
+    g = group_for_rank(ctx.groups(), worst) if some else None
+    yield Finding(title=f"GPU idle {pct(bad[worst])} of step time on {ranks_text(bad)}: host / data-loader stall",
+                  severity="info" if whole else "warning", confidence=0.85 if (host or some) else 0.6,
+                  evidence=ev, cost=sum(bad.values()) / len(bad),
+                  subject=Subject(ranks=sorted(bad), process_group=None if g is None else str(g.get("name"))),
+                  involved=_all_ranks(ctx) | set(bad))
+
+
+@rule("LOAD004", "Uneven work in one step (short batch on some ranks)", "warning",
+      thresholds=(Threshold("uneven_compute_frac", 0.3, "fraction",
+                            "report ranks whose compute in a step is this much below the step's median while "
+                            "normal in the other steps"),),
+      explains=("LOAD002",),
+      confirm="The reported ranks' compute in that step is a fraction of the others'; the step is usually the "
+              "last of an epoch (dataset size not divisible by world size × batch).",
+      fix="Give every rank the same number of full batches: DataLoader(drop_last=True) and "
+          "DistributedSampler(drop_last=True), or pad the last batch; for legitimately uneven inputs use the "
+          "DDP Join context manager.")
+def uneven_step(ctx: Context) -> Iterator[Finding]:
+    """In one step some ranks compute much less than the others (a short last batch), in other steps not.
+
+    Ranks with a partial batch finish early and wait; with different tensor shapes the collectives can even
+    mismatch (HANG001). Cost: the compute the short ranks skipped, as a fraction of the run.
+    """
+    steps = _steps_by_rank(ctx)
+    if len(steps) < 2:
+        return
+    f = ctx.t("uneven_compute_frac")
+    low: dict[int, list[int]] = {}
+    comp = {s: {r: num(x.get("compute_us")) for r, x in rows.items() if num(x.get("compute_us"))}
+            for s, rows in steps.items()}
+    meds = {s: median(list(c.values())) for s, c in comp.items() if len(c) >= 2}
+    for s, c in comp.items():
+        if s not in meds or not meds[s]:
+            continue
+        short = [r for r, v in c.items() if v < (1 - f) * meds[s]]
+        if short and len(short) < len(c) / 2:
+            low[s] = sorted(short)
+    for s, ranks in sorted(low.items()):
+        normal = all(comp[o].get(r, 0) >= 0.9 * meds[o] for r in ranks for o in comp if o != s and o in meds)
+        if not normal:
+            continue
+        tt = ctx.traced_time_us()
+        lost = sum(meds[s] - comp[s][r] for r in ranks) / len(ranks)
+        yield Finding(title=f"{ranks_text(ranks).capitalize()} did {pct(min(comp[s][r] for r in ranks) / meds[s])} "
+                            f"of the others' compute in step {s}: uneven last batch?",
+                      confidence=0.7, cost=min(1.0, lost / tt) if tt else None,
+                      subject=Subject(ranks=ranks, step=s),
+                      evidence=[Evidence(f"step {s}: compute {', '.join(f'rank {r} {comp[s][r] / 1000:.2f} ms' for r in ranks[:4])}"
+                                         f" vs median {meds[s] / 1000:.2f} ms"),
+                                Evidence("the same ranks compute normally in the other steps")],
+                      involved=set(ranks))
+
+
+@rule("MOE001", "Mixture-of-experts load imbalance", "warning",
+      thresholds=(Threshold("moe_imbalance_ratio", 1.5, "×",
+                            "max/median per-rank all-to-all bytes above which expert load is called imbalanced"),),
+      explains=("LOAD001",) + WAIT_EFFECTS,
+      confirm="Log the router's tokens-per-expert counts per step; the hot rank's experts receive several times "
+              "the mean. Its all-to-all receive size and expert GEMMs are larger.",
+      fix="Balance the router: auxiliary load-balancing loss (coefficient ~1e-2), capacity factor 1.0-1.25 "
+          "with token dropping, or aux-loss-free bias balancing; place hot experts on different ranks / "
+          "replicate them.")
+def moe_imbalance(ctx: Context) -> Iterator[Finding]:
+    """One expert-parallel rank receives far more tokens than the others: everyone waits for its experts.
+
+    Evidence, best first: per-rank all-to-all bytes when the cross-rank section provides them (`rank_bytes`
+    in collectives.by_group_op), else a compute straggler that belongs to an expert-parallel group running
+    all-to-all (lower confidence). Cost: the straggler's imposed wait.
+    """
+    for r in (ctx.cross.get("collectives") or {}).get("by_group_op") or []:
+        rb = r.get("rank_bytes") or r.get("per_rank_bytes")
+        if str(r.get("op")) != "alltoall" or not isinstance(rb, dict) or len(rb) < 2:
+            continue
+        vals = {int(k): num(v) or 0.0 for k, v in rb.items()}
+        med = median(list(vals.values()))
+        hot = max(vals, key=vals.get)
+        if med and vals[hot] / med >= ctx.t("moe_imbalance_ratio"):
+            s = straggler_info(ctx)
+            yield Finding(title=f"Rank {hot} moves {vals[hot] / med:.1f}× the median all-to-all volume in expert "
+                                f"group {r.get('process_group')}", confidence=0.85,
+                          cost=None if s is None else s["cost"],
+                          evidence=[Evidence(f"all-to-all bytes per rank: {vals}")],
+                          subject=Subject(ranks=[hot], process_group=str(r.get("process_group")),
+                                          collective={"op": "alltoall", "seq": None}),
+                          involved=_all_ranks(ctx) | {hot})
+            return
+    s = straggler_info(ctx)
+    if s is None or s["attribution"] not in ("compute", "unknown"):
+        return
+    ep = [g for g in ctx.groups() if str(g.get("role")) == "ep" and s["rank"] in [int(x) for x in g.get("ranks") or []]
+          and (not g.get("ops") or "alltoall" in (g.get("ops") or {}))]
+    if not ep:
+        return
+    g = ep[0]
+    yield Finding(title=f"Rank {s['rank']} is slowest in expert-parallel group {g.get('name')}: expert load "
+                        "imbalance likely", confidence=0.6, cost=s["cost"],
+                  evidence=s["evidence"] + [Evidence(f"rank {s['rank']} is in expert-parallel group {g.get('name')} "
+                                                     f"(ranks {g.get('ranks')}) that runs all-to-all")],
+                  subject=Subject(ranks=[s["rank"]], process_group=str(g.get("name")),
+                                  collective={"op": "alltoall", "seq": None}),
+                  involved=_all_ranks(ctx) | {s["rank"]})

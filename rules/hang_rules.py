@@ -1,0 +1,155 @@
+"""Hang post-mortem rules: read the `hang` section (analyzer/hang.py) and the watchdog timeouts of the `nccl` section."""
+from __future__ import annotations
+
+from typing import Iterator
+
+from rules.context import Context
+from rules.finding import Evidence, Finding, Subject
+from rules.registry import rule
+from rules.util import ranks_text
+
+MISMATCH_KINDS = ("mismatched_op", "order_mismatch", "extra_collective", "skipped_collective",
+                  "mismatched_size", "mismatched_dtype")
+ABSENT_KINDS = ("missing_rank", "lagging_rank", "crashed_rank")
+HANG_CONSEQUENCES = ("HANG", "NCCL001", "INPUT003")
+WORDS = {
+    "mismatched_op": "called a different collective", "order_mismatch": "issued collectives in a different order",
+    "extra_collective": "issued an extra collective", "skipped_collective": "skipped a collective",
+    "mismatched_size": "passed a different element count", "mismatched_dtype": "passed a different dtype",
+    "missing_rank": "never joined the collective", "lagging_rank": "stalled before the collective",
+    "crashed_rank": "crashed before the collective", "nccl_error": "hit an NCCL error",
+}
+
+
+def _diag_finding(d: dict) -> Finding:
+    """A Finding from one `hang.diagnoses` entry: subject = culprits at (group, seq); cost 1 (no progress)."""
+    kind = str(d.get("kind") or "")
+    culprits = sorted(int(r) for r in d.get("culprit_ranks") or [])
+    waiting = sorted(int(r) for r in d.get("waiting_ranks") or [])
+    pg = None if d.get("process_group") in (None, "") else str(d.get("process_group"))
+    seq = d.get("seq")
+    op = d.get("op") or None
+    desc = f" ({d['pg_desc']})" if d.get("pg_desc") else ""
+    where = f"process group {pg}{desc}" + (f", collective #{seq}" if seq is not None else "") + \
+        (f" ({op})" if op else "")
+    title = f"{ranks_text(culprits).capitalize()} {WORDS.get(kind, kind)} in {where}" if culprits else \
+        f"Collectives timed out in {where}"
+    ev = []
+    if d.get("cause"):
+        ev.append(Evidence(str(d["cause"])))
+    if waiting:
+        ev.append(Evidence(f"{ranks_text(waiting)} wait in {where}"))
+    for key, label in (("ops", "op"), ("sizes", "elements"), ("dtypes", "dtype")):
+        vals = d.get(key) or {}
+        if isinstance(vals, dict) and len(set(map(str, vals.values()))) > 1:
+            ev.append(Evidence(f"{label} per rank: " + ", ".join(f"{r}: {v}" for r, v in sorted(
+                vals.items(), key=lambda kv: int(kv[0])))))
+    for e in (d.get("evidence") or [])[:8]:
+        if isinstance(e, dict):
+            ev.append(Evidence(str(e.get("text", "")), e.get("file"), e.get("line")))
+        elif isinstance(e, (list, tuple)) and len(e) == 3:
+            ev.append(Evidence(str(e[2]), e[0], e[1]))
+    blocked = str(d.get("blocked_by") or "")
+    conf = d.get("confidence")
+    if conf is None:
+        conf = 0.9 if kind in MISMATCH_KINDS else 0.7
+    f = Finding(title=title, confidence=float(conf), evidence=ev,
+                subject=Subject(ranks=culprits, process_group=pg,
+                                collective={"op": op, "seq": None if seq is None else int(seq)}),
+                cost=None if blocked else 1.0, fix=str(d.get("fix") or ""),
+                involved=set(culprits) | set(waiting), anchor=f"{pg}:{seq}", caused_by=blocked,
+                extra={"kind": kind})
+    if blocked:
+        f.evidence.insert(0, Evidence(f"blocked by the divergence in group:seq {blocked}"))
+    return f
+
+
+def _diags(ctx: Context, kinds: tuple[str, ...]) -> Iterator[Finding]:
+    """Findings for the hang diagnoses of the given kinds, in the hang section's order."""
+    for d in ctx.hang.get("diagnoses") or []:
+        if isinstance(d, dict) and d.get("kind") in kinds:
+            yield _diag_finding(d)
+
+
+@rule("HANG001", "Mismatched collective (op, size, dtype or order)", "error", explains=HANG_CONSEQUENCES,
+      confirm="Compare the culprit's Flight Recorder entry (or NCCL COLL line) at this sequence number with a "
+              "waiting rank's: op, element count and dtype differ. The stack frame of the entry shows the call site.",
+      fix="Make every rank of the group issue the same collective with the same shape and dtype at this point: "
+          "look for collectives inside rank-dependent branches, uneven last batches (drop_last=True), and "
+          "per-rank dtype/autocast settings.")
+def mismatched_collective(ctx: Context) -> Iterator[Finding]:
+    """Ranks of one process group disagree at the same collective: the job hangs until the watchdog fires.
+
+    NCCL matches collectives purely by order within a communicator. If one rank calls all_gather where the
+    others call all_reduce, or passes a different element count or dtype, or issues the collectives in a
+    different order (an extra or a skipped call), the ranks wait for each other forever (or corrupt data).
+    The hang section compares, per process group and sequence number, what every rank issued (Flight
+    Recorder `collective_seq_id`, NCCL `opCount`, watchdog `SeqNum`) and names the first divergence.
+    """
+    yield from _diags(ctx, MISMATCH_KINDS)
+
+
+@rule("HANG002", "Rank missing from a collective (never joined, stalled or crashed)", "error",
+      explains=HANG_CONSEQUENCES,
+      confirm="The culprit's last enqueued sequence number (Flight Recorder / watchdog 'last enqueued') is below "
+              "the group's; its own log ends early (crash) or shows it blocked elsewhere (py-spy dump on a live job).",
+      fix="Find out where the culprit went: its last log lines and exit code (crash), its stack (stall: data "
+          "loader, I/O, deadlock), or a rank-dependent branch / uneven number of batches (never joined: "
+          "drop_last=True or Join context manager).")
+def missing_rank(ctx: Context) -> Iterator[Finding]:
+    """Some ranks never reached a collective that the rest of the group is waiting in.
+
+    A rank that crashed (no dump, log ends), stalled (alive, last enqueued seq behind the group) or took a
+    different code path leaves its peers blocked in the collective. When the culprit is itself waiting in
+    another group's divergence, the finding is marked as blocked by that one and listed under it.
+    """
+    yield from _diags(ctx, ABSENT_KINDS)
+
+
+@rule("HANG003", "NCCL error on a rank", "error", explains=("HANG004", "NCCL001"),
+      confirm="Read the culprit's WARN lines and the ProcessGroupNCCL error text quoted as evidence.",
+      fix="Fix the NCCL/network error on the culprit rank (see its WARN lines: NIC, cable, driver, firewall, "
+          "NCCL_SOCKET_IFNAME / NCCL_IB_HCA pointing at the wrong device), then restart.")
+def nccl_error(ctx: Context) -> Iterator[Finding]:
+    """A rank reported an NCCL error (ncclSystemError, ncclRemoteError, …); its peers then time out.
+
+    Errors come from the watchdog/ProcessGroupNCCL lines gathered by the hang analysis; a peer's
+    'remote error' seen from a rank that itself timed out is not counted as that rank's own error.
+    """
+    yield from _diags(ctx, ("nccl_error",))
+
+
+@rule("HANG004", "Collective watchdog timeout", "error",
+      confirm="The watchdog line names the timed-out work (SeqNum, OpType, Timeout(ms)); compare the last "
+              "enqueued/completed sequence numbers of every rank of that group.",
+      fix="Find the rank that did not arrive (gather Flight Recorder dumps: TORCH_NCCL_TRACE_BUFFER_SIZE>0 and "
+          "TORCH_NCCL_DUMP_ON_TIMEOUT=1, plus every rank's stderr); raise the timeout (init_process_group("
+          "timeout=...)) only if the work is legitimately that long.")
+def watchdog_timeout(ctx: Context) -> Iterator[Finding]:
+    """The ProcessGroupNCCL watchdog aborted a collective that ran past its timeout.
+
+    A timeout is the symptom of a hang, not its cause: when the hang analysis finds the divergence
+    (HANG001/HANG002/HANG003), the timeouts of the waiting ranks are listed under it. Alone, it means no
+    cross-rank divergence was visible in the inputs (the culprit left no record).
+    """
+    have = set()
+    for f in _diags(ctx, ("watchdog_timeout",)):
+        have.add(f.subject.process_group)
+        yield f
+    groups: dict[tuple, list[dict]] = {}
+    for t in ctx.nccl.get("timeouts") or []:
+        groups.setdefault((str(t.get("process_group")), t.get("seq")), []).append(t)
+    for (pg, seq), rows in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0)):
+        if pg in have:
+            continue
+        ranks = sorted({int(r["rank"]) for r in rows if r.get("rank") is not None and int(r["rank"]) >= 0})
+        op = next((r.get("op") for r in rows if r.get("op")), None)
+        ms = next((r.get("timeout_ms") for r in rows if r.get("timeout_ms")), None)
+        ev = [Evidence(str(r.get("text", ""))[:300], r.get("file"), r.get("line")) for r in rows[:6]]
+        if ms:
+            ev.insert(0, Evidence(f"timeout {ms} ms on {ranks_text(ranks)}"))
+        yield Finding(title=f"Watchdog timeout on {ranks_text(ranks)} in process group {pg}, collective #{seq}"
+                            + (f" ({op})" if op else ""),
+                      confidence=0.9, evidence=ev, cost=None,
+                      subject=Subject(ranks=ranks, process_group=pg, collective={"op": op, "seq": seq}),
+                      extra={"kind": "watchdog_timeout"})

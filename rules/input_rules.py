@@ -1,0 +1,104 @@
+"""Input and trust rules: unreadable, salvaged, duplicate and missing inputs; clocks too far apart to trust."""
+from __future__ import annotations
+
+from typing import Iterator
+
+from rules.context import Context
+from rules.finding import Evidence, Finding, Subject
+from rules.registry import Threshold, rule
+from rules.util import num, ranks_text
+
+
+def _files(ctx: Context, status: str) -> list[dict]:
+    """Input file records with this status."""
+    return [f for f in (ctx.report.get("inputs") or {}).get("files") or [] if f.get("status") == status]
+
+
+@rule("INPUT001", "Input files could not be read", "warning",
+      confirm="Each file is listed with the reason (evidence); `analyze FILE` on one of them repeats it.",
+      fix="Re-collect the files (the job may have been killed while writing), or remove them from the input.")
+def unreadable(ctx: Context) -> Iterator[Finding]:
+    """Some input files could not be read at all; the analysis covers the rest.
+
+    Numbers and diagnoses involving the ranks of those files are missing or partial.
+    """
+    bad = _files(ctx, "failed")
+    if bad:
+        yield Finding(title=f"{len(bad)} input file(s) could not be read", confidence=1.0,
+                      evidence=[Evidence(f"{f.get('path')}: {f.get('message')}", f.get("path"), None)
+                                for f in bad[:10]],
+                      subject=Subject(ranks=sorted({int(f['rank']) for f in bad if f.get("rank") is not None})))
+
+
+@rule("INPUT002", "Input files were cut off and salvaged", "info",
+      confirm="The file's message says how many bytes/events were recovered.",
+      fix="Nothing to do unless the missing tail matters: let the profiler finish writing (stop the job after "
+          "prof.stop() / export_chrome_trace returns).")
+def salvaged(ctx: Context) -> Iterator[Finding]:
+    """Some traces were truncated (killed mid-write) and only their readable part was analysed."""
+    bad = _files(ctx, "salvaged")
+    if bad:
+        yield Finding(title=f"{len(bad)} truncated file(s) were salvaged (partial data)", confidence=1.0,
+                      evidence=[Evidence(f"{f.get('path')}: {f.get('message')}", f.get("path"), None)
+                                for f in bad[:10]],
+                      subject=Subject(ranks=sorted({int(f['rank']) for f in bad if f.get("rank") is not None})))
+
+
+@rule("INPUT003", "Ranks missing from the inputs", "info",
+      confirm="Compare the ranks read (report job.ranks) with the world size the traces declare.",
+      fix="Profile (or collect) every rank for cross-rank numbers that cover the whole job; with a subset, "
+          "straggler and spread findings describe only the ranks present.")
+def missing_inputs(ctx: Context) -> Iterator[Finding]:
+    """The traces declare a world larger than the ranks read: cross-rank numbers cover only a subset.
+
+    Informational: profiling a subset of ranks is common. A rank that is missing because it crashed is
+    diagnosed by the hang rules.
+    """
+    job = ctx.report.get("job") or {}
+    missing = [int(r) for r in job.get("missing_ranks") or []]
+    if missing:
+        yield Finding(title=f"Traces of {len(missing)} of {job.get('world_size')} ranks are missing",
+                      confidence=1.0, subject=Subject(ranks=missing),
+                      evidence=[Evidence(f"read {ranks_text(job.get('ranks') or [])}; missing {ranks_text(missing)}")])
+
+
+@rule("INPUT004", "Several files claim the same rank", "warning",
+      confirm="The skipped files and the file kept for each rank are listed (evidence).",
+      fix="Point the tool at one run's folder (traces of two runs mixed?) or rename files so each rank appears "
+          "once.")
+def duplicate_ranks(ctx: Context) -> Iterator[Finding]:
+    """Two traces carry the same rank; only the first was used (mixed runs in one folder?)."""
+    dup = [f for f in _files(ctx, "skipped") if "duplicate rank" in str(f.get("message", ""))]
+    if dup:
+        yield Finding(title=f"{len(dup)} trace(s) skipped as duplicate ranks", confidence=1.0,
+                      evidence=[Evidence(f"{f.get('path')}: {f.get('message')}", f.get("path"), None)
+                                for f in dup[:10]],
+                      subject=Subject(ranks=sorted({int(f['rank']) for f in dup if f.get("rank") is not None})))
+
+
+@rule("CLOCK001", "Rank clocks could not be aligned well enough to trust cross-rank timings", "info",
+      thresholds=(Threshold("clock_residual_max_us", 100.0, "µs",
+                            "report when collective end times still disagree by more than this after alignment"),),
+      confirm="The alignment section lists each rank's offset and residual; residuals near or above the waits "
+              "being reported make those waits unreliable.",
+      fix="Nothing in the job to fix: treat cross-rank waits, arrival order and straggler numbers with the "
+          "stated uncertainty, or collect traces with synchronised clocks (NTP/PTP) and more collectives.")
+def clock_trust(ctx: Context) -> Iterator[Finding]:
+    """Per-rank clocks were not aligned (refused) or their residual is large: cross-rank waits are uncertain.
+
+    Alignment assumes collectives end almost together on every participant; the residual is how far apart
+    the aligned end times still are. Informational: it qualifies other findings, it is not a job problem.
+    """
+    a = ctx.cross.get("alignment") or {}
+    status = a.get("status")
+    resid = num(a.get("max_residual_us"))
+    if status == "refused":
+        yield Finding(title="Rank clocks could not be aligned: cross-rank timings are not trustworthy",
+                      confidence=0.9, evidence=[Evidence(str(a.get("message") or "alignment refused"))])
+    elif status == "ok" and resid is not None and resid > ctx.t("clock_residual_max_us"):
+        worst = max(a.get("offsets") or [{}], key=lambda o: num(o.get("residual_us")) or 0)
+        yield Finding(title=f"Clock alignment residual {resid:.0f} µs: cross-rank waits below that are uncertain",
+                      confidence=0.8, subject=Subject(ranks=[int(worst["rank"])] if worst.get("rank") is not None
+                                                      else []),
+                      evidence=[Evidence(f"max residual {resid:.0f} µs (rank {worst.get('rank')}), max offset "
+                                         f"{num(a.get('max_abs_offset_us')) or 0:.0f} µs")])

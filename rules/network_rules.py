@@ -1,0 +1,248 @@
+"""Network and topology rules: NCCL WARN lines, TP groups across nodes, sockets instead of IB, bad socket
+interfaces, bus bandwidth below what the link class delivers."""
+from __future__ import annotations
+
+import re
+from typing import Iterator
+
+from rules.context import Context
+from rules.finding import Evidence, Finding, Subject
+from rules.registry import Threshold, rule
+from rules.util import mb, num, pct, ranks_text
+
+COMM_EFFECTS = ("COMM001", "COMM002", "NET004", "LOAD001", "LOAD002")
+BAD_IFACE = re.compile(r"^(lo|docker\d*|virbr\d*|veth\w*|br-\w+|cni\d*|flannel[\w.]*|cali\w*|podman\d*|"
+                       r"tailscale\d*|tun\d*|tap\d*|vxlan[\w.]*)$")
+BUSBW = {
+    "nvlink": Threshold("busbw_nvlink_min_gbps", 100.0, "GB/s",
+                        "lowest acceptable bus bandwidth of a large collective over NVLink (A100 NVLink3 and "
+                        "H100 NVLink4 reach ~230 and ~360-450 GB/s busbw in nccl-tests all_reduce_perf)"),
+    "ib": Threshold("busbw_ib_min_gbps", 10.0, "GB/s",
+                    "lowest acceptable inter-node bus bandwidth per NIC (HDR 200 Gb/s ≈ 25 GB/s, NDR 400 Gb/s ≈ "
+                    "50 GB/s line rate; a ring/tree all-reduce reaches ~80-90 % of it)"),
+}
+BUSBW_MIN_BYTES = Threshold("busbw_min_bytes", 8e6, "bytes",
+                            "only collectives at least this large (mean bytes per call) are judged: smaller ones "
+                            "are latency-bound and never reach the link's bus bandwidth")
+
+
+def _hosts(ctx: Context) -> int:
+    """Number of hosts the job spans (traces, cross-rank host map, NCCL logs)."""
+    return max(ctx.n_hosts(), len(ctx.nccl.get("hosts") or []))
+
+
+@rule("NCCL001", "NCCL printed WARN lines", "warning",
+      confirm="Open the quoted log lines; NCCL prints the failing call chain (file.cc:line -> code) after a WARN.",
+      fix="Read the first WARN of each rank: network (NCCL_SOCKET_IFNAME, NCCL_IB_HCA, firewall, NIC down), "
+          "library (libibverbs / nv_peer_mem missing), or a peer that died (connection closed by remote peer).")
+def nccl_warn(ctx: Context) -> Iterator[Finding]:
+    """NCCL logged WARN lines: errors or degraded setups NCCL noticed itself.
+
+    One finding per distinct source location (src_file:src_line) of the WARN, with the ranks that printed it.
+    Severity error when the call chain ends in an NCCL error code (1-6: cuda, system, internal, invalid
+    argument, invalid usage, remote error), warning otherwise. When a hang rule explains the same ranks, the
+    WARNs are listed under the hang.
+    """
+    groups: dict[tuple, list[dict]] = {}
+    for w in ctx.nccl.get("warns") or []:
+        if str(w.get("level", "WARN")) not in ("WARN", ""):
+            continue
+        key = (w.get("src_file") or "", w.get("src_line") if w.get("src_file") else w.get("message", "")[:60])
+        groups.setdefault(key, []).append(w)
+    for (src, line), rows in groups.items():
+        ranks = sorted({int(r["rank"]) for r in rows if r.get("rank") is not None and int(r["rank"]) >= 0})
+        codes = {int(r.get("result_code", -1)) for r in rows}
+        err = any(1 <= c <= 6 for c in codes)
+        msg = str(rows[0].get("message", "")).strip()
+        where = f" ({src}:{line})" if src else ""
+        ev = [Evidence(f"NCCL WARN{where}: {str(r.get('message', '')).strip()[:300]}", r.get("file"), r.get("line"))
+              for r in rows[:6]]
+        if len(rows) > 6:
+            ev.append(Evidence(f"… {len(rows) - 6} more lines like it"))
+        yield Finding(title=f"NCCL WARN on {ranks_text(ranks) if ranks else 'an unknown rank'}: {msg[:100]}",
+                      severity="error" if err else "warning", confidence=0.8 if err else 0.6, evidence=ev,
+                      subject=Subject(ranks=ranks))
+
+
+@rule("NET001", "Tensor-parallel group spans nodes", "warning", explains=COMM_EFFECTS,
+      confirm="List the TP groups' ranks and their hosts (evidence); TP collectives of such groups show "
+              "NET/IB or NET/Socket transports and a bus bandwidth far below NVLink's.",
+      fix="Keep tensor parallelism inside a node: TP degree ≤ GPUs per node, and a rank order that makes TP "
+          "groups consecutive ranks (Megatron's default order tp-cp-ep-dp-pp; in a DeviceMesh put 'tp' as the "
+          "innermost (last) dimension) so each TP group lands on one host's NVLink.")
+def tp_inter_node(ctx: Context) -> Iterator[Finding]:
+    """A tensor-parallel process group whose ranks sit on more than one host.
+
+    TP issues a blocking all-reduce (or all-gather/reduce-scatter) per layer in forward and backward; over
+    the inter-node network (~25-50 GB/s per NIC) instead of NVLink (~200-450 GB/s) these dominate the step.
+    Reads the cross-rank section's process groups (role 'tp', span 'inter_node').
+    """
+    bad = [g for g in ctx.groups() if str(g.get("role")) == "tp" and str(g.get("span")) == "inter_node"]
+    if not bad:
+        return
+    ranks = sorted({int(r) for g in bad for r in g.get("ranks") or []})
+    ev = [Evidence(f"TP group {g.get('name')}{' (' + str(g['desc']) + ')' if g.get('desc') else ''}: ranks "
+                   f"{g.get('ranks')} on hosts {g.get('hosts')}") for g in bad[:8]]
+    names = {str(g.get("name")) for g in bad}
+    tt = ctx.traced_time_us()
+    cost = None
+    rows = [r for r in (ctx.cross.get("collectives") or {}).get("by_group_op") or []
+            if str(r.get("process_group")) in names]
+    for r in rows:
+        ev.append(Evidence(f"group {r.get('process_group')} {r.get('op')}: {r.get('count')} calls, mean busbw "
+                           f"{num(r.get('mean_busbw_gbps')) or 0:.1f} GB/s over {r.get('link_class')}"))
+    if tt and rows:
+        per_group = {}
+        for r in rows:
+            per_group[str(r.get("process_group"))] = per_group.get(str(r.get("process_group")), 0.0) + \
+                (num(r.get("count")) or 0) * (num(r.get("mean_transfer_us")) or 0)
+        cost = min(1.0, max(per_group.values()) / tt)
+    yield Finding(title=f"{len(bad)} tensor-parallel group(s) span nodes ({', '.join(sorted(names))})",
+                  confidence=0.9, evidence=ev, cost=cost,
+                  subject=Subject(ranks=ranks, process_group=str(bad[0].get("name"))),
+                  involved=set(ranks), extra={"process_groups": sorted(names)})
+
+
+def _iface_rows(ctx: Context) -> list[dict]:
+    """Network rows of the nccl section that name an interface."""
+    return [n for n in ctx.nccl.get("networks") or [] if n.get("interface")]
+
+
+def _socket_rows(ctx: Context) -> list[dict]:
+    """Rows showing NCCL moves data over TCP sockets: NET/Socket transports or a Socket network device."""
+    out = [t for t in ctx.nccl.get("transports") or [] if "socket" in str(t.get("transport", "")).lower()]
+    out += [n for n in ctx.nccl.get("networks") or []
+            if str(n.get("network")).lower() == "socket" and str(n.get("role")) in ("net_device", "selected")]
+    return out
+
+
+@rule("NET002", "NCCL uses TCP sockets between nodes (InfiniBand / RoCE unused)", "warning",
+      explains=COMM_EFFECTS,
+      confirm="NCCL_DEBUG=INFO prints 'Using network Socket' / 'NET/Socket : Using [0]ethX' and connections "
+              "'via NET/Socket'; with IB it prints 'NET/IB : Using [0]mlx5_0:1/IB'. `ibstat` shows the HCAs.",
+      fix="Unset NCCL_IB_DISABLE (or set it to 0), point NCCL_IB_HCA at the HCAs (e.g. NCCL_IB_HCA=mlx5), "
+          "make sure the IB/RoCE drivers and libibverbs are visible inside the container (--device "
+          "/dev/infiniband, --ulimit memlock=-1); for RoCE set NCCL_IB_GID_INDEX. Without RDMA hardware, "
+          "expect inter-node collectives to be slow.")
+def socket_transport(ctx: Context) -> Iterator[Finding]:
+    """Inter-node NCCL traffic goes over TCP sockets, or IB was disabled with NCCL_IB_DISABLE=1.
+
+    Sockets deliver a few GB/s at best and cost CPU; InfiniBand/RoCE deliver 25-50 GB/s per NIC with
+    GPUDirect RDMA. Evidence comes from the NCCL logs (env, network selection, connection transports).
+    CPU-only gloo jobs always use TCP and are not judged.
+    """
+    if ctx.cpu_only():
+        return
+    disabled = [e for e in ctx.nccl.get("env") or [] if e.get("name") == "NCCL_IB_DISABLE"
+                and str(e.get("value")).strip() not in ("0", "", "false", "False")]
+    sock = _socket_rows(ctx)
+    link_sock = [r for r in (ctx.cross.get("collectives") or {}).get("by_group_op") or []
+                 if r.get("link_class") == "socket" and r.get("crossed_hosts")]
+    if not (disabled or sock or link_sock):
+        return
+    if _hosts(ctx) < 2 and not any("socket" in str(t.get("transport", "")).lower()
+                                   for t in ctx.nccl.get("transports") or []):
+        return
+    ib_seen = any(str(n.get("network")).upper().startswith("IB") and n.get("role") == "net_device"
+                  for n in ctx.nccl.get("networks") or [])
+    ev = [Evidence(f"{e['name']}={e['value']} on {e.get('host')}", e.get("file"), e.get("line"))
+          for e in disabled[:3]]
+    for r in sock[:4]:
+        what = r.get("transport") or f"{r.get('network')} device {r.get('interface')}"
+        ev.append(Evidence(f"rank {r.get('rank')}: {what}", r.get("file"), r.get("line")))
+    for r in link_sock[:3]:
+        ev.append(Evidence(f"group {r.get('process_group')} {r.get('op')}: mean busbw "
+                           f"{num(r.get('mean_busbw_gbps')) or 0:.2f} GB/s over sockets"))
+    ranks = sorted({int(r["rank"]) for r in disabled + sock if r.get("rank") is not None and int(r["rank"]) >= 0})
+    if ib_seen:
+        ev.append(Evidence("IB devices are listed in the NCCL log but not used for data"))
+    yield Finding(title="NCCL moves inter-node data over TCP sockets"
+                        + (" (NCCL_IB_DISABLE=1)" if disabled else ""),
+                  confidence=0.9 if (disabled or ib_seen) else 0.6, evidence=ev,
+                  cost=num(ctx.summary.get("exposed_comm_share")), subject=Subject(ranks=ranks),
+                  involved=set(ranks) or set(ctx.report.get("job", {}).get("ranks") or []))
+
+
+@rule("NET003", "NCCL socket interface is loopback, a container bridge or a virtual NIC", "warning",
+      explains=("NET002",) + COMM_EFFECTS,
+      confirm="The NCCL log lines 'NET/Socket : Using [0]docker0:…' / 'Bootstrap : Using lo:…' and the "
+              "NCCL_SOCKET_IFNAME value (evidence).",
+      fix="Set NCCL_SOCKET_IFNAME to the data-network interface (e.g. NCCL_SOCKET_IFNAME=ib0 or =eth0, or "
+          "exclude bad ones with NCCL_SOCKET_IFNAME=^lo,docker0) and GLOO_SOCKET_IFNAME likewise; with IB also "
+          "set NCCL_IB_HCA.")
+def bad_interface(ctx: Context) -> Iterator[Finding]:
+    """NCCL picked (or was told to use) lo, docker0, a bridge or another virtual interface.
+
+    Data over a docker bridge or veth pair is slow and does not leave the host correctly; bootstrap over
+    `lo` breaks multi-node jobs. Flagged when the interface carries NCCL data (NET/Socket device), when
+    NCCL_SOCKET_IFNAME names it, or when it is the bootstrap/OOB interface of a multi-host job. A
+    management NIC cannot be recognised by name; NET002/NET004 catch its slowness.
+    """
+    multi = _hosts(ctx) >= 2
+    hits = []
+    for n in _iface_rows(ctx):
+        iface = str(n["interface"]).split(":")[0]
+        if not BAD_IFACE.match(iface):
+            continue
+        data = str(n.get("network")).lower() == "socket" and n.get("role") in ("net_device", "selected")
+        if data or (multi and n.get("role") in ("bootstrap", "oob")):
+            hits.append((iface, n, "carries NCCL data" if data else f"is the {n.get('role')} interface"))
+    for e in ctx.nccl.get("env") or []:
+        if e.get("name") in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"):
+            for v in str(e.get("value")).lstrip("=").split(","):
+                if v and not v.startswith("^") and BAD_IFACE.match(v.strip()):
+                    hits.append((v.strip(), e, f"is named by {e['name']}"))
+    if not hits:
+        return
+    ifaces = sorted({h[0] for h in hits})
+    ranks = sorted({int(h[1]["rank"]) for h in hits if h[1].get("rank") is not None and int(h[1]["rank"]) >= 0})
+    ev = [Evidence(f"{iface} {why} (rank {n.get('rank')}, host {n.get('host')})", n.get("file"), n.get("line"))
+          for iface, n, why in hits[:6]]
+    yield Finding(title=f"NCCL socket interface {', '.join(ifaces)} is not a data-network NIC",
+                  confidence=0.85, evidence=ev, cost=num(ctx.summary.get("exposed_comm_share")),
+                  subject=Subject(ranks=ranks),
+                  involved=set(ranks) or set(ctx.report.get("job", {}).get("ranks") or []),
+                  extra={"interfaces": ifaces})
+
+
+@rule("NET004", "Bus bandwidth below what the link class delivers", "warning",
+      thresholds=(BUSBW["nvlink"], BUSBW["ib"], BUSBW_MIN_BYTES), explains=("COMM001", "COMM002"),
+      confirm="Run nccl-tests (all_reduce_perf -b 8M -e 1G -f 2 -g 1 under the same launcher) on the same "
+              "hosts and compare its busbw column; check `nvidia-smi topo -m`, `ibstat` (link rate, state) and "
+              "NIC counters for errors.",
+      fix="Check the slow link: IB port rate/state and cabling (ibstat), PCIe/NVLink topology (nvidia-smi topo "
+          "-m), GPU↔NIC affinity (NCCL_IB_HCA per GPU), GPUDirect RDMA (nvidia-peermem loaded), and that "
+          "NCCL_P2P_DISABLE / NCCL_SHM_DISABLE are not set.")
+def low_busbw(ctx: Context) -> Iterator[Finding]:
+    """Collectives of a process group reach a bus bandwidth well below the link's capability.
+
+    busbw = bytes / transfer time × the nccl-tests factor (AllReduce 2(n−1)/n, …), so it is comparable with
+    the link's line rate. Only large collectives (mean ≥ busbw_min_bytes) are judged; socket links are
+    NET002's business and unknown links are not judged. The estimated cost is the transfer time that the
+    expected bandwidth would have saved, as a fraction of step time.
+    """
+    if ctx.cpu_only():
+        return
+    tt = ctx.traced_time_us()
+    for r in (ctx.cross.get("collectives") or {}).get("by_group_op") or []:
+        link = str(r.get("link_class"))
+        bw, count, nbytes = num(r.get("mean_busbw_gbps")), num(r.get("count")), num(r.get("bytes"))
+        if link not in BUSBW or bw is None or not count or not nbytes:
+            continue
+        mean_bytes = nbytes / count
+        floor = ctx.t(BUSBW[link].name)
+        if mean_bytes < ctx.t("busbw_min_bytes") or bw >= floor:
+            continue
+        g = ctx.group(r.get("process_group")) or {}
+        transfer = count * (num(r.get("mean_transfer_us")) or 0.0)
+        cost = min(1.0, transfer * (1.0 - bw / floor) / tt) if tt else None
+        ranks = [int(x) for x in g.get("ranks") or []]
+        yield Finding(title=f"{r.get('op')} on process group {r.get('process_group')} reaches {bw:.1f} GB/s busbw "
+                            f"over {link} (expected ≥ {floor:g} GB/s)",
+                      confidence=0.7, cost=cost,
+                      evidence=[Evidence(f"{int(count)} calls, mean {mb(mean_bytes)}, mean transfer "
+                                         f"{num(r.get('mean_transfer_us')) or 0:.0f} µs, busbw {bw:.2f} GB/s"),
+                                Evidence(f"hosts {g.get('hosts')}" if g.get("hosts") else f"link class {link}")],
+                      subject=Subject(ranks=ranks, process_group=str(r.get("process_group")),
+                                      collective={"op": r.get("op"), "seq": None}),
+                      involved=set(ranks))

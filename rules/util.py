@@ -1,0 +1,62 @@
+"""Small helpers shared by rule families (formatting, group choice, ratios)."""
+from __future__ import annotations
+
+from typing import Any, Iterable, Optional
+
+ROLE_PREFERENCE = ("dp", "fsdp", "ep", "tp", "pp", "world", "unknown")
+
+
+def pct(x: Optional[float]) -> str:
+    """0.1234 → '12.3%'."""
+    return "n/a" if x is None else f"{100.0 * float(x):.1f}%"
+
+
+def ranks_text(ranks: Iterable[int]) -> str:
+    """[1, 2] → 'ranks 1, 2'; [3] → 'rank 3'."""
+    r = sorted(int(x) for x in ranks)
+    if not r:
+        return "no rank"
+    if len(r) > 8:
+        return f"{len(r)} ranks ({r[0]}…{r[-1]})"
+    return ("rank " if len(r) == 1 else "ranks ") + ", ".join(map(str, r))
+
+
+def num(x: Any) -> Optional[float]:
+    """A finite float or None."""
+    try:
+        f = float(x)
+    except (TypeError, ValueError):
+        return None
+    return f if f == f and f not in (float("inf"), float("-inf")) else None
+
+
+def frac(x: Any) -> Optional[float]:
+    """A fraction from a value that may be a percent (0–100) or a fraction (0–1)."""
+    f = num(x)
+    if f is None:
+        return None
+    return f / 100.0 if f > 1.0 else f
+
+
+def group_for_rank(groups: list[dict], rank: int, prefer: tuple[str, ...] = ROLE_PREFERENCE) -> Optional[dict]:
+    """The process group holding `rank`, preferring roles in `prefer` order, then the smaller group."""
+    holding = [g for g in groups if rank in [int(r) for r in g.get("ranks") or []]]
+    if not holding:
+        return None
+    order = {r: i for i, r in enumerate(prefer)}
+    return min(holding, key=lambda g: (order.get(str(g.get("role")), 99), len(g.get("ranks") or []),
+                                       str(g.get("name"))))
+
+
+def median(xs: list[float]) -> Optional[float]:
+    """Median of a list (None when empty)."""
+    v = sorted(xs)
+    if not v:
+        return None
+    n = len(v)
+    return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2.0
+
+
+def mb(nbytes: Optional[float]) -> str:
+    """Bytes → 'x.y MB' (decimal)."""
+    return "n/a" if nbytes is None else f"{nbytes / 1e6:.2f} MB"
