@@ -195,12 +195,13 @@ def test_real_gloo_dump_fields() -> None:
     d = load_dump(REAL / "mismatched_op" / "nccl_trace_rank_2")
     assert d.version == "2.10" and d.rank == 2 and d.rank_source == "filename" and d.warnings == []
     assert d.pg_config == {"": {"desc": "", "ranks": [0, 1, 2]}}
-    assert d.pg_status == {"0": {"last_enqueued": 4, "last_started": -1, "last_completed": 3}}
+    st = d.pg_status["0"]  # gloo counts a failed collective as completed on some runs: 3 or 4
+    assert (st["last_enqueued"], st["last_started"]) == (4, -1) and st["last_completed"] in (3, 4)
     e = d.entries
     assert list(e["op"]) == ["allreduce"] * 3 + ["broadcast"]
     assert list(e["collective_seq_id"]) == [1, 2, 3, 4] and set(e["pg_desc"]) == {"default_pg"}
     assert set(e["input_numel"]) == {16} and set(e["timeout_ms"]) == {5000}
-    assert e["top_frame"].iloc[3].endswith("make_hangs.py:52 rank_main")
+    assert e["top_frame"].iloc[3].endswith("make_hangs.py:55 rank_main")
 
 
 def test_looks_like_fr_dump() -> None:

@@ -37,7 +37,7 @@ def test_real_mismatched_op_details() -> None:
     top = rep.diagnoses[0]
     assert top.ops == {0: "allreduce", 1: "allreduce", 2: "broadcast"} and top.waiting_ranks == [0, 1]
     assert top.pg_desc == "default_pg" and top.sizes == {0: 16, 1: 16, 2: 16}
-    assert any("make_hangs.py:52 rank_main" in e[2] for e in top.evidence)
+    assert any("make_hangs.py:55 rank_main" in e[2] for e in top.evidence)
 
 
 def test_real_crashed_rank_points_at_its_stderr() -> None:
