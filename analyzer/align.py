@@ -18,7 +18,9 @@ import pandas as pd
 #: A domain needs at least this many matched instances (with another domain) to get an offset.
 MIN_MATCHED = 3
 #: Densest-window width used to find the offset between two ranks from unlabelled send/recv ends.
-P2P_WINDOW_NS = 20_000
+P2P_WINDOW_NS = 10_000
+#: Width of the cluster that must hold the most end differences (true pairs are tighter than this).
+P2P_FINE_NS = 2_000
 
 
 @dataclass
@@ -176,52 +178,60 @@ def _refine(obs_id, dom, t, off, ref, reached, iters: int = 30) -> np.ndarray:
 
 def p2p_pair_observations(p2p: pd.DataFrame, domain_of: dict[int, str],
                           window_ns: int = P2P_WINDOW_NS) -> pd.DataFrame:
-    """Send/recv pairs found without peer labels: between two ranks of a group on different clocks, true pairs
-    share one end-time difference (the clock offset), so the densest window of send_a−recv_b and recv_a−send_b
-    end differences picks them out. Returns observations (obs, rank, t) for :func:`estimate`.
+    """Send/recv pairs found without peer labels (NCCL kernels name no peer).
+
+    Between two clock domains every true pair has the same end-time difference (the offset between the
+    clocks), whichever two ranks of the domains it joins; false pairings scatter. So for each pair of domains,
+    pool send_a−recv_b and recv_a−send_b end differences over all their ranks sharing a process group and
+    keep the densest window. Returns observations (obs, rank, t) for :func:`estimate`.
     """
-    out = []
-    next_obs = 0
-    for _, g in p2p.groupby("process_group", sort=False):
-        members = sorted(g["rank"].unique())
-        by_rank = {r: g[g["rank"] == r] for r in members}
-        for i, a in enumerate(members):
-            for b in members[i + 1:]:
-                if domain_of.get(a) == domain_of.get(b):
-                    continue
-                ga, gb = by_rank[a], by_rank[b]
-                pa, pb, dl = [], [], []
-                for oa, ob in (("send", "recv"), ("recv", "send")):
-                    ea = ga[ga["op"] == oa]
-                    eb = gb[gb["op"] == ob]
-                    if not len(ea) or not len(eb):
-                        continue
-                    ia, ib = np.meshgrid(np.arange(len(ea)), np.arange(len(eb)), indexing="ij")
-                    ia, ib = ia.ravel(), ib.ravel()
-                    same = ea["nelems"].to_numpy()[ia] == eb["nelems"].to_numpy()[ib]
-                    ia, ib = ia[same], ib[same]
-                    pa.append(ea["end"].to_numpy()[ia])
-                    pb.append(eb["end"].to_numpy()[ib])
-                    dl.append(ea["end"].to_numpy()[ia] - eb["end"].to_numpy()[ib])
-                if not dl:
-                    continue
-                ta, tb, d = np.concatenate(pa), np.concatenate(pb), np.concatenate(dl)
-                if len(d) < MIN_MATCHED:
-                    continue
-                order = np.argsort(d, kind="stable")
-                ds = d[order]
-                cnt = np.searchsorted(ds, ds + window_ns, side="right") - np.arange(len(ds))
-                k = int(np.argmax(cnt))
-                need = max(MIN_MATCHED, 0.25 * min(len(ga), len(gb)))
-                if cnt[k] < need:
-                    continue
-                sel = order[k:k + cnt[k]]
-                n = len(sel)
-                ids = np.arange(next_obs, next_obs + n)
-                next_obs += n
-                out.append(pd.DataFrame({"obs": np.r_[ids, ids], "rank": np.r_[np.full(n, a), np.full(n, b)],
-                                         "t": np.r_[ta[sel], tb[sel]]}))
-    if not out:
-        return pd.DataFrame({"obs": np.empty(0, np.int64), "rank": np.empty(0, np.int64),
-                             "t": np.empty(0, np.int64)})
-    return pd.concat(out, ignore_index=True)
+    cols = {"obs": np.empty(0, np.int64), "rank": np.empty(0, np.int64), "t": np.empty(0, np.int64)}
+    if not len(p2p):
+        return pd.DataFrame(cols)
+    p = p2p.assign(dom=p2p["rank"].map(domain_of))
+    pooled: dict[tuple, list] = {}
+    for _, g in p.groupby("process_group", sort=False):
+        sends, recvs = g[g["op"] == "send"], g[g["op"] == "recv"]
+        if not len(sends) or not len(recvs):
+            continue
+        # every send × recv of the group on different domains with the same element count
+        x = sends[["rank", "dom", "end", "nelems"]].merge(
+            recvs[["rank", "dom", "end", "nelems"]], on="nelems", suffixes=("_s", "_r"))
+        x = x[x["dom_s"] != x["dom_r"]]
+        if not len(x):
+            continue
+        flip = x["dom_s"].to_numpy() > x["dom_r"].to_numpy()
+        da = np.where(flip, x["dom_r"], x["dom_s"])
+        db = np.where(flip, x["dom_s"], x["dom_r"])
+        ra = np.where(flip, x["rank_r"], x["rank_s"])
+        rb = np.where(flip, x["rank_s"], x["rank_r"])
+        ta = np.where(flip, x["end_r"], x["end_s"])
+        tb = np.where(flip, x["end_s"], x["end_r"])
+        frame = pd.DataFrame({"da": da, "db": db, "ra": ra, "rb": rb, "ta": ta, "tb": tb})
+        for key, f in frame.groupby(["da", "db"], sort=False):
+            pooled.setdefault(key, []).append(f)
+    out, next_obs = [], 0
+    for key, fs in pooled.items():
+        f = pd.concat(fs, ignore_index=True)
+        d = (f["ta"] - f["tb"]).to_numpy()
+        # the offset is where one pair of ranks has its tightest, biggest cluster (true pairs end together;
+        # periodic false ones scatter over many rank pairs); then every pair of the two domains near it counts
+        best, centre = 0, 0.0
+        for _, idx in f.groupby(["ra", "rb"], sort=False).indices.items():
+            ds = np.sort(d[idx])
+            cnt = np.searchsorted(ds, ds + P2P_FINE_NS, side="right") - np.arange(len(ds))
+            k = int(np.argmax(cnt))
+            if cnt[k] > best:
+                best, centre = int(cnt[k]), float(np.median(ds[k:k + cnt[k]]))
+        if best < MIN_MATCHED:
+            continue
+        order = np.argsort(d, kind="stable")
+        ds = d[order]
+        lo, hi = np.searchsorted(ds, centre - window_ns / 2, "left"), np.searchsorted(ds, centre + window_ns / 2, "right")
+        sel = order[lo:hi]
+        n = len(sel)
+        ids = np.arange(next_obs, next_obs + n)
+        next_obs += n
+        out.append(pd.DataFrame({"obs": np.r_[ids, ids], "rank": np.r_[f["ra"].to_numpy()[sel], f["rb"].to_numpy()[sel]],
+                                 "t": np.r_[f["ta"].to_numpy()[sel], f["tb"].to_numpy()[sel]]}))
+    return pd.concat(out, ignore_index=True) if out else pd.DataFrame(cols)

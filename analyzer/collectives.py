@@ -136,18 +136,24 @@ def pair_by_order(p: pd.DataFrame) -> pd.DataFrame:
     return p
 
 
-def peers_by_end(p: pd.DataFrame, aligned_end: np.ndarray, tolerance_ns: int) -> np.ndarray:
-    """Peer of each unlabelled send/recv: the other rank of the group whose opposite op ends nearest in time."""
+def peers_by_end(p: pd.DataFrame, aligned_end: np.ndarray, tolerance_ns: int, tie_ns: int = 1_000) -> np.ndarray:
+    """Peer of each unlabelled send/recv: the other rank of the group whose opposite op ends at the same time.
+
+    A send and a recv of one transfer end together on the aligned clock. When two ranks' ends tie (a stage
+    often sends one way and receives the other at one instant), the rank this one exchanges with most among
+    its unambiguous transfers wins: pipeline neighbours talk all the time, other ranks never.
+    """
     p = p.assign(aend=aligned_end, _i=np.arange(len(p)))
     peer = np.full(len(p), -1, np.int64)
-    best = np.full(len(p), np.inf)
     for _, g in p.groupby("process_group", sort=False):
-        members = g["rank"].unique()
+        members = np.sort(g["rank"].unique())
+        dist = np.full((len(g), len(members)), np.inf)
+        pos = {i: k for k, i in enumerate(g["_i"].to_numpy())}
         for side, other in (("send", "recv"), ("recv", "send")):
             q = g[g["op"] == side].sort_values("aend")
             if not len(q):
                 continue
-            for b in members:
+            for j, b in enumerate(members):
                 cand = g[(g["op"] == other) & (g["rank"] == b)].sort_values("aend")
                 qq = q[q["rank"] != b]
                 if not len(cand) or not len(qq):
@@ -155,13 +161,24 @@ def peers_by_end(p: pd.DataFrame, aligned_end: np.ndarray, tolerance_ns: int) ->
                 m = pd.merge_asof(qq[["aend", "_i", "nelems"]], cand[["aend", "nelems"]].rename(
                     columns={"aend": "cend", "nelems": "cn"}), left_on="aend", right_on="cend",
                     direction="nearest")
-                dist = np.abs(m["aend"].to_numpy() - m["cend"].to_numpy()).astype(np.float64)
-                dist[m["cn"].to_numpy() != m["nelems"].to_numpy()] = np.inf
-                idx = m["_i"].to_numpy()
-                better = dist < best[idx]
-                best[idx[better]] = dist[better]
-                peer[idx[better]] = b
-    peer[best > tolerance_ns] = -1
+                d = np.abs(m["aend"].to_numpy() - m["cend"].to_numpy()).astype(np.float64)
+                d[m["cn"].to_numpy() != m["nelems"].to_numpy()] = np.inf
+                dist[[pos[i] for i in m["_i"].to_numpy()], j] = d
+        best = dist.min(axis=1) if len(members) else np.full(len(g), np.inf)
+        near = (dist <= best[:, None] + tie_ns) & (dist <= tolerance_ns)
+        n_near = near.sum(axis=1)
+        ranks = g["rank"].to_numpy()
+        # how often each (rank, other) pair is the only candidate
+        uniq = n_near == 1
+        choice = np.argmax(near, axis=1)
+        pair_count = np.zeros((len(members), len(members)))
+        ridx = np.searchsorted(members, ranks)
+        np.add.at(pair_count, (ridx[uniq], choice[uniq]), 1)
+        pair_count = pair_count + pair_count.T
+        score = np.where(near, pair_count[ridx] + 1e-3 * (1 - dist / (tolerance_ns + 1)), -np.inf)
+        pick = np.argmax(score, axis=1)
+        ok = n_near >= 1
+        peer[g["_i"].to_numpy()[ok]] = members[pick[ok]]
     return peer
 
 

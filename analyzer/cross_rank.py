@@ -37,6 +37,10 @@ class CrossRank:
     groups: dict
 
 
+def _next_id(obs: pd.DataFrame) -> int:
+    return int(obs["obs"].max()) + 1 if len(obs) else 0
+
+
 def _empty_members() -> pd.DataFrame:
     return pd.DataFrame({k: [] for k in ("iid", "rank", "start", "end", "op", "nelems", "dtype", "process_group",
                                          "kind", "seq", "src", "dst", "step")})
@@ -70,12 +74,12 @@ def analyse(job: Job, gpus_per_node: Optional[int] = None) -> CrossRank:
         if al.status == "refused":
             known = co.pair_by_order(p2p)
             kk = pd.factorize(pd.MultiIndex.from_arrays([known["process_group"], known["src"], known["dst"],
-                                                         known["seq"]]))[0] + obs["obs"].max() + 1
+                                                         known["seq"]]))[0] + _next_id(obs)
             extra = [obs, pd.DataFrame({"obs": kk, "rank": known["rank"].to_numpy(), "t": known["end"].to_numpy()})]
             unl = p2p[p2p["peer"] < 0]
             if len(unl):
                 mo = al_mod.p2p_pair_observations(unl, domain_of)
-                mo["obs"] += (int(extra[-1]["obs"].max()) + 1 if len(kk) else int(obs["obs"].max()) + 1)
+                mo["obs"] += max(_next_id(e) for e in extra)
                 extra.append(mo)
             al = al_mod.estimate(pd.concat(extra, ignore_index=True), ranks, domain_of,
                                  what="collectives and send/recv pairs")
