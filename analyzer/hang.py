@@ -419,7 +419,7 @@ def analyze_hang(dumps: Iterable[Any] = (), logs: Iterable[Any] = (), world_size
     groups = pd.DataFrame([dict(process_group=g.key, pg_desc=g.desc, members=sorted(g.members or []),
                                 member_source=g.member_source, source=g.source) for g in inp.groups.values()],
                           columns=["process_group", "pg_desc", "members", "member_source", "source"])
-    warnings = list(inp.warnings) + [w for d in dumps for w in getattr(d, "warnings", [])]
+    warnings = list(inp.warnings) + [w for d in dumps + logs for w in getattr(d, "warnings", [])]
     return HangReport(diagnoses=diags, tables=_tables(inp), groups=groups, seqs=inp.seqs, warnings=warnings)
 
 

@@ -124,6 +124,7 @@ def test_bad_inputs_do_not_stop_the_analysis(tmp_path: Path) -> None:
     rep = load_and_analyze(paths + [tmp_path / "nccl_trace_rank_3", tmp_path / "blob.bin"], world_size=3)
     assert (rep.diagnoses[0].kind, rep.diagnoses[0].seq, rep.diagnoses[0].culprit_ranks) == ("missing_rank", 5, [2])
     assert any("nccl_trace_rank_3: pickle refused" in w for w in rep.warnings)
+    assert any("blob.bin" in w and "binary" in w for w in rep.warnings)
     assert not (tmp_path / "marker").exists()
 
 
