@@ -116,10 +116,19 @@ def _timeouts(log: Any, path: str) -> list[dict]:
     if wd.empty or "kind" not in wd.columns:
         return []
     rows = []
-    for r in wd[wd["kind"] == "timeout"].to_dict("records"):
+    recs = wd.to_dict("records")
+    for i, r in enumerate(recs):
+        if r.get("kind") != "timeout":
+            continue
         rank = _int(r.get("global_rank"))
         rank = rank if rank >= 0 else _int(r.get("rank"))
         pg = _int(r.get("pg_id"))
+        if pg < 0:  # the timeout line has no PG id; the PG status line printed right after it does
+            for nxt in recs[i + 1:i + 6]:
+                if _int(nxt.get("pg_id")) >= 0 and _int(nxt.get("line")) - _int(r.get("line")) <= 3 and \
+                        (_int(nxt.get("global_rank")) < 0 or _int(nxt.get("global_rank")) == rank):
+                    pg = _int(nxt.get("pg_id"))
+                    break
         op = str(r.get("op_type") or "")
         rows.append({"rank": rank, "process_group": str(pg) if pg >= 0 else "0", "seq": _int(r.get("seq")),
                      "op": _WD_OPS.get(op.upper(), op.lower()) or None, "timeout_ms": _int(r.get("timeout_ms")),

@@ -35,7 +35,7 @@ def _steps_by_rank(ctx: Context) -> dict[int, dict[int, dict]]:
 def _compute_straggler(ctx: Context) -> Optional[dict]:
     """A rank whose compute is ≥ (1 + straggler_compute_excess) × the step median in ≥ 80 % of steps."""
     steps = _steps_by_rank(ctx)
-    if len(steps) < 2:
+    if len(steps) < 2 or ctx.cpu_only():  # CPU op durations swing with core contention: not evidence
         return None
     excess = ctx.t("straggler_compute_excess")
     slow: dict[int, list[float]] = {}
@@ -65,9 +65,20 @@ def straggler_info(ctx: Context) -> Optional[dict]:
     """The straggler (rank, cost, attribution, evidence) from the cross-rank section, else from per-step compute."""
     s = ctx.cross.get("stragglers") or {}
     rank = s.get("straggler")
-    if rank is None:
-        return None if s.get("per_rank") else _compute_straggler(ctx)
+    if (ctx.cross.get("alignment") or {}).get("status") == "refused":
+        rank = None  # arrival order on unaligned clocks means nothing (CLOCK001 says so)
     rows = {int(r["rank"]): r for r in s.get("per_rank") or [] if r.get("rank") is not None}
+    if rank is None:
+        comp = _compute_straggler(ctx)
+        if comp is None:
+            return None
+        row = rows.get(comp["rank"], {})
+        imposed = num(row.get("wait_imposed_us"))
+        if num(row.get("delay_share")):
+            comp["cost"] = min(1.0, num(row.get("delay_share")))
+        if imposed:
+            comp["evidence"].append(Evidence(f"it makes the other ranks wait {imposed / 1000:.2f} ms in total"))
+        return comp
     row = rows.get(int(rank), {})
     n = max(len(rows), len(_all_ranks(ctx)), 2)
     last = frac(row.get("pct_last"))
@@ -76,12 +87,14 @@ def straggler_info(ctx: Context) -> Optional[dict]:
         return None
     imposed = num(row.get("wait_imposed_us")) or 0.0
     tt = ctx.traced_time_us()
-    cost = imposed / (n - 1) / tt if tt else None
+    cost = num(row.get("delay_share"))  # delay it causes per step / median step (cross-rank section)
+    if cost is None:
+        cost = imposed / (n - 1) / tt if tt else None
     if cost is not None and cost < ctx.t("straggler_cost_min"):
         return None
     ev = [Evidence(f"rank {rank} arrives last at {pct(last)} of collectives (times last: {row.get('times_last')})"),
-          Evidence(f"it makes the other ranks wait {imposed / 1000:.2f} ms in total "
-                   f"({pct(cost)} of each rank's step time on average)")]
+          Evidence(f"it makes the other ranks wait {imposed / 1000:.2f} ms in total; it delays each step by "
+                   f"{pct(cost)} of the step time")]
     if s.get("evidence"):
         ev.append(Evidence(str(s["evidence"])))
     comp = _compute_straggler(ctx)
@@ -206,7 +219,9 @@ def host_stall(ctx: Context) -> Iterator[Finding]:
 
     idle = step time − |∪ all GPU activity| (DESIGN §3). A rank-specific idle gap (data loader, CPU
     preprocessing, a host sync) also makes every other rank wait for it in the next collective, so the
-    resulting straggler, step spread and comm share are listed under this finding. The report has per-step
+    resulting straggler, step spread and comm share are listed under this finding (when the straggler is
+    one of the idle ranks). Causes: data loading, CPU preprocessing, Python/launch overhead, host syncs
+    (.item(), .cpu()), checkpointing. The report has per-step
     idle but not the gap before the first kernel, so the position in the step is not checked. CPU-only
     (gloo) traces are not judged; whole-trace windows (no ProfilerStep) give info only. Cost: the idle share.
     """
@@ -230,11 +245,13 @@ def host_stall(ctx: Context) -> Iterator[Finding]:
         ev.append(Evidence(f"the cross-rank analysis attributes rank {s['rank']}'s lateness to the host"))
     worst = max(bad, key=bad.get)
     g = group_for_rank(ctx.groups(), worst) if some else None
-    yield Finding(title=f"GPU idle {pct(bad[worst])} of step time on {ranks_text(bad)}: host / data-loader stall",
+    late = host or (s is not None and s["rank"] in bad)
+    yield Finding(title=f"GPU idle {pct(bad[worst])} of step time on {ranks_text(bad)}: the host does not keep it busy"
+                        + (" (data loader / CPU stall)" if some else ""),
                   severity="info" if whole else "warning", confidence=0.85 if (host or some) else 0.6,
                   evidence=ev, cost=sum(bad.values()) / len(bad),
                   subject=Subject(ranks=sorted(bad), process_group=None if g is None else str(g.get("name"))),
-                  involved=_all_ranks(ctx) | set(bad))
+                  involved=set(bad) | (_all_ranks(ctx) if late else set()))
 
 
 @rule("LOAD004", "Uneven work in one step (short batch on some ranks)", "warning",
@@ -251,10 +268,11 @@ def uneven_step(ctx: Context) -> Iterator[Finding]:
     """In one step some ranks compute much less than the others (a short last batch), in other steps not.
 
     Ranks with a partial batch finish early and wait; with different tensor shapes the collectives can even
-    mismatch (HANG001). Cost: the compute the short ranks skipped, as a fraction of the run.
+    mismatch (HANG001). Cost: the compute the short ranks skipped, as a fraction of the run. CPU-only (gloo)
+    traces are not judged: CPU op durations swing with core contention.
     """
     steps = _steps_by_rank(ctx)
-    if len(steps) < 2:
+    if len(steps) < 2 or ctx.cpu_only():
         return
     f = ctx.t("uneven_compute_frac")
     low: dict[int, list[int]] = {}

@@ -61,8 +61,10 @@ def low_overlap(ctx: Context) -> Iterator[Finding]:
     overlap coverage = |∪comm ∩ ∪compute| / |∪comm| (DESIGN §3, HTA's definition). Data-parallel gradient
     sync can hide almost completely under backward (target ≥ 90 %); tensor-parallel collectives are blocking
     per layer, so ≥ 60 % is already good. The report has one job-wide coverage, not one per group role, so
-    a job with TP groups is judged against the TP target. Severity warning when a DP job hides less than
-    overlap_severe of its communication, info otherwise; whole-trace (no ProfilerStep) traces give info only.
+    a job with TP groups is judged against the TP target. Severity warning when a pure data-parallel job
+    hides less than overlap_severe of its communication, info otherwise (with pipeline or expert parallelism
+    the blocking P2P / all-to-all time is judged by the PIPE / MOE rules); whole-trace (no ProfilerStep)
+    and CPU-only (gloo: comm spans include the wait for peers) traces give info only.
     Cost: the exposed comm share (the most that perfect overlap could save).
     """
     cov = num(ctx.summary.get("overlap_coverage"))
@@ -73,7 +75,9 @@ def low_overlap(ctx: Context) -> Iterator[Finding]:
     target = ctx.t("tp_overlap_min") if tp else ctx.t("dp_overlap_min")
     if cov >= target:
         return
-    severe = not tp and cov < ctx.t("overlap_severe") and not ctx.whole_trace_only()
+    pipeline = bool((ctx.cross.get("pipeline") or {}).get("detected")) or bool({"pp", "ep"} & ctx.roles())
+    severe = not tp and not pipeline and cov < ctx.t("overlap_severe") and not ctx.whole_trace_only() \
+        and not ctx.cpu_only()
     low = {r: v for r, v in _rank_values(ctx, "overlap_coverage").items() if v < target}
     g = None if tp else _dp_group(ctx)
     ev = [Evidence(f"overlap coverage {pct(cov)} of communication time (target ≥ {pct(target)} for "

@@ -65,10 +65,24 @@ def _diag_finding(d: dict) -> Finding:
 
 
 def _diags(ctx: Context, kinds: tuple[str, ...]) -> Iterator[Finding]:
-    """Findings for the hang diagnoses of the given kinds, in the hang section's order."""
-    for d in ctx.hang.get("diagnoses") or []:
-        if isinstance(d, dict) and d.get("kind") in kinds:
-            yield _diag_finding(d)
+    """Findings for the hang diagnoses of the given kinds, in the hang section's order.
+
+    The first unblocked diagnosis of the section is the hang's root: every rank that timed out or printed
+    an NCCL WARN is stuck behind it, so those ranks count as involved (their findings become consequences).
+    """
+    diags = [d for d in ctx.hang.get("diagnoses") or [] if isinstance(d, dict)]
+    root = next((i for i, d in enumerate(diags) if not d.get("blocked_by")
+                 and d.get("kind") in MISMATCH_KINDS + ABSENT_KINDS + ("nccl_error",)), None)
+    for i, d in enumerate(diags):
+        if d.get("kind") not in kinds:
+            continue
+        f = _diag_finding(d)
+        if i == root:
+            stuck = ctx.nccl.get("timeouts") or []
+            f.involved |= {int(t["rank"]) for t in stuck if t.get("rank") is not None and int(t["rank"]) >= 0}
+            f.involved |= {int(w["rank"]) for w in ctx.nccl.get("warns") or []
+                           if w.get("rank") is not None and int(w["rank"]) >= 0}
+        yield f
 
 
 @rule("HANG001", "Mismatched collective (op, size, dtype or order)", "error", explains=HANG_CONSEQUENCES,
@@ -143,6 +157,8 @@ def watchdog_timeout(ctx: Context) -> Iterator[Finding]:
         if pg in have:
             continue
         ranks = sorted({int(r["rank"]) for r in rows if r.get("rank") is not None and int(r["rank"]) >= 0})
+        if not ranks:
+            continue
         op = next((r.get("op") for r in rows if r.get("op")), None)
         ms = next((r.get("timeout_ms") for r in rows if r.get("timeout_ms")), None)
         ev = [Evidence(str(r.get("text", ""))[:300], r.get("file"), r.get("line")) for r in rows[:6]]

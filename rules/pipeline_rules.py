@@ -55,7 +55,7 @@ def bubble_high(ctx: Context) -> Iterator[Finding]:
                   evidence=ev, cost=excess, subject=Subject(ranks=ranks), involved=set(ranks))
 
 
-@rule("PIPE002", "Too few micro-batches for the pipeline depth (m < 4p)", "warning",
+@rule("PIPE002", "Too few micro-batches for the pipeline depth (m < 4p)", "info",
       confirm="The schedule's micro-batch count m (n_microbatches / num_microbatches / gradient accumulation "
               "steps) and the stage count p; theory (p−1)/(m+p−1) is quoted in the evidence.",
       fix="Raise the micro-batch count to at least 4× the stages (smaller micro-batches, or more gradient "
@@ -66,7 +66,9 @@ def few_microbatches(ctx: Context) -> Iterator[Finding]:
 
     Narayanan et al. (Megatron-LM, SC'21) keep m ≫ p; m ≥ 4p bounds the bubble near 15-20 %. Judged on the
     theoretical bubble the cross-rank section reports (it accounts for interleaving): fires when it exceeds
-    the bubble of m = 4p, (p−1)/(5p−1). Cost: the bubble that m = 4p would remove.
+    the bubble of m = 4p, (p−1)/(5p−1). Cost: the bubble that m = 4p would remove. Informational: the
+    schedule is a deliberate configuration (memory often forces it); PIPE001 warns when the measured bubble
+    exceeds what the schedule explains.
     """
     p = _pipe(ctx)
     stages, m, theo = num(p.get("p")), num(p.get("m")), num(p.get("theoretical_bubble"))
