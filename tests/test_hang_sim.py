@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from functools import lru_cache
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ SIM = Path(__file__).resolve().parent.parent / "fixtures" / "sim"
 HANGS = sorted(p.name for p in SIM.glob("hang_*") if (p / "expected.json").exists())
 
 
+@lru_cache(maxsize=None)
 def _inputs(d: Path) -> tuple[list, list]:
     """Pickle dumps when the scenario has them, else JSON dumps; every *.log through the NCCL log parser."""
     pk = sorted(p for p in d.glob("nccl_trace_rank_*") if p.suffix != ".json")
@@ -34,6 +36,7 @@ def test_sim_hang_first_diagnosis_matches_truth(name: str, mode: str) -> None:
         logs = []
     elif mode == "logs":
         dumps = []
+    dumps, logs = list(dumps), list(logs)
     rep = analyze_hang(dumps, logs, world_size=truth["world_size"])
     top = rep.diagnoses[0]
     assert (top.kind, top.process_group, top.seq, top.culprit_ranks) == (
