@@ -195,9 +195,12 @@ def p2p_pair_observations(p2p: pd.DataFrame, domain_of: dict[int, str],
         if not len(sends) or not len(recvs):
             continue
         # every send × recv of the group on different domains with the same element count
-        x = sends[["rank", "dom", "end", "nelems"]].merge(
-            recvs[["rank", "dom", "end", "nelems"]], on="nelems", suffixes=("_s", "_r"))
+        x = sends[["rank", "dom", "start", "end", "nelems"]].merge(
+            recvs[["rank", "dom", "start", "end", "nelems"]], on="nelems", suffixes=("_s", "_r"))
         x = x[x["dom_s"] != x["dom_r"]]
+        # if the two ended together, both must have started by then (the later arrival starts the transfer)
+        shift = x["end_s"].to_numpy() - x["end_r"].to_numpy()
+        x = x[np.maximum(x["start_s"].to_numpy(), x["start_r"].to_numpy() + shift) <= x["end_s"].to_numpy() + P2P_FINE_NS]
         if not len(x):
             continue
         flip = x["dom_s"].to_numpy() > x["dom_r"].to_numpy()

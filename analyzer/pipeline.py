@@ -63,6 +63,35 @@ def _stage_order(ranks: list[int], edges: pd.DataFrame, first_op: dict[int, str]
     return order, ring
 
 
+def _schedule_votes(pm: pd.DataFrame, order: list[int]) -> tuple[int, int]:
+    """(stage-steps run GPipe-style, stage-steps where a backward transfer precedes the last forward one).
+
+    Per stage the transfers with one neighbour are used: the next stage (forward = send, backward = recv),
+    or for the last stage the previous one (forward = recv, backward = send). With m <= p, 1F1B's first stage
+    looks like GPipe, so every stage votes and one interleaving stage-step suffices.
+    """
+    gp = inter = 0
+    for s, r in enumerate(order):
+        if s + 1 < len(order):
+            nb, fwd_op = order[s + 1], "send"
+        else:
+            nb, fwd_op = order[s - 1], "recv"
+        ev = pm[(pm["rank"] == r) & (((pm["op"] == "send") & (pm["dst"] == nb)) |
+                                     ((pm["op"] == "recv") & (pm["src"] == nb)))]
+        for _, gs in ev.groupby("step"):
+            ops = gs.sort_values(["start", "end"])["op"].to_numpy()
+            is_f = ops == fwd_op
+            if not is_f.any() or is_f.all():
+                continue
+            first_b = int(np.argmax(~is_f))
+            last_f = int(len(is_f) - 1 - np.argmax(is_f[::-1]))
+            if first_b < last_f:
+                inter += 1
+            else:
+                gp += 1
+    return gp, inter
+
+
 def analyse(job: Any, inst: pd.DataFrame, members: pd.DataFrame) -> dict:
     """The `pipeline` section (docs/report-sections.md)."""
     p2p = inst[inst["kind"] == "p2p"]
@@ -105,21 +134,12 @@ def analyse(job: Any, inst: pd.DataFrame, members: pd.DataFrame) -> dict:
         per01 = c01 / nsteps
         m = int(round((c01 - cw) / nsteps)) if ring and c01 > cw else int(round(per01))
         v = int(round(c01 / max(1, c01 - cw))) if ring and c01 > cw else 1
-        s0 = pm[(pm["rank"] == order[0]) & (((pm["op"] == "send") & (pm["dst"] == order[1])) |
-                                            ((pm["op"] == "recv") & (pm["src"] == order[1])))]
-        gp, inter = 0, 0
-        for _, gs in s0.groupby("step"):
-            ops = gs.sort_values("start")["op"].to_numpy()
-            recv_at = np.flatnonzero(ops == "recv")
-            if not len(recv_at):
-                continue
-            if (ops[recv_at[0]:] == "send").any():
-                inter += 1
-            else:
-                gp += 1
+        gp, inter = _schedule_votes(pm, order)
         sched = "unknown"
-        if gp or inter:
-            sched = "gpipe" if gp > inter else ("interleaved" if v > 1 else "1f1b")
+        if v > 1:
+            sched = "interleaved"
+        elif gp or inter:
+            sched = "1f1b" if inter else "gpipe"
         results.append({"pg": pg, "order": order, "p": p, "m": m, "v": v, "schedule": sched, "ring": ring})
     head = results[0]
     p, m, v = head["p"], head["m"], head["v"]

@@ -2,7 +2,7 @@
 
 A rank is named the straggler only when both hold (so a clean job names none):
 - it arrives last (later than the second-latest member by more than ``TIE_NS``) in a clear majority of the
-  collectives it joins: ``pct_last >= 0.5 + 0.5 / n`` (n = mean group size; 0.75 for pairs, 0.625 for 4 ranks);
+  collectives it joins that have a clear last arrival (at least 3 of them): ``pct_last >= 0.5 + 0.5 / n`` (n = mean group size; 0.75 for pairs, 0.625 for 4 ranks);
 - the delay it alone causes (its start − the second-latest start, summed) is material: at least
   ``MATERIAL_SHARE`` of the median step time per step.
 Send/recv are left out: in a pipeline the receiver waiting for the sender is the schedule, not a straggler.
@@ -17,7 +17,7 @@ import pandas as pd
 TIE_NS = 1_000
 MATERIAL_SHARE = 0.02
 #: Attribution needs the rank's excess (compute or pre-kernel host gap) to explain this share of its delay.
-EXPLAINS = 0.5
+EXPLAINS = 0.25
 
 
 def per_rank_stats(inst: pd.DataFrame, members: pd.DataFrame) -> pd.DataFrame:
@@ -29,7 +29,10 @@ def per_rank_stats(inst: pd.DataFrame, members: pd.DataFrame) -> pd.DataFrame:
     out = pd.DataFrame({"rank": ranks})
     out["n_instances"] = out["rank"].map(cm.groupby("rank").size()).fillna(0).astype(np.int64)
     out["times_last"] = out["rank"].map(counted.groupby("last_rank").size()).fillna(0).astype(np.int64)
-    out["pct_last"] = np.where(out["n_instances"] > 0, out["times_last"] / out["n_instances"].clip(lower=1), 0.0)
+    # instances with a clear last arrival (ties — members queued behind one earlier transfer — tell nothing)
+    decided = cm[cm["iid"].isin(counted["instance"])]
+    out["n_decided"] = out["rank"].map(decided.groupby("rank").size()).fillna(0).astype(np.int64)
+    out["pct_last"] = np.where(out["n_decided"] > 0, out["times_last"] / out["n_decided"].clip(lower=1), 0.0)
     out["wait_imposed_ns"] = out["rank"].map(counted.groupby("last_rank")["total_wait_ns"].sum()).fillna(0)
     out["delay_caused_ns"] = out["rank"].map(counted.groupby("last_rank")["last_delay_ns"].sum()).fillna(0)
     out["wait_suffered_ns"] = out["rank"].map(cm.groupby("rank")["wait_ns"].sum()).fillna(0)
@@ -95,7 +98,7 @@ def analyse(job: Any, inst: pd.DataFrame, members: pd.DataFrame) -> dict:
     stats["delay_share"] = stats["delay_caused_ns"] / n_steps / med_step if med_step and med_step > 0 else 0.0
     need = 0.5 + 0.5 / stats["mean_group"].clip(lower=1)
     stats["qualifies"] = (stats["pct_last"] >= need) & (stats["delay_share"] >= MATERIAL_SHARE) & \
-        (stats["n_instances"] >= 3)
+        (stats["n_decided"] >= 3)
     straggler: Optional[int] = None
     attribution, evidence, confidence = "unknown", "no rank arrives last in a clear majority with material delay", 0.0
     cand = stats[stats["qualifies"]]
@@ -105,8 +108,8 @@ def analyse(job: Any, inst: pd.DataFrame, members: pd.DataFrame) -> dict:
         delay_per_step = float(row["delay_caused_ns"]) / n_steps
         comp = _excess(sm, "compute_ns", straggler)
         gap = _excess(first_activity_gap(job), "gap_ns", straggler)
-        parts = [f"rank {straggler} arrived last in {int(row['times_last'])} of {int(row['n_instances'])} "
-                 f"collectives ({row['pct_last']:.0%}), delaying them by {delay_per_step / 1e3:.1f} µs per step "
+        parts = [f"rank {straggler} arrived last in {int(row['times_last'])} of the {int(row['n_decided'])} "
+                 f"collectives it joined that had a clear last arrival ({row['pct_last']:.0%}), delaying them by {delay_per_step / 1e3:.1f} µs per step "
                  f"({row['delay_share']:.1%} of the median step) and imposing "
                  f"{row['wait_imposed_ns'] / 1e3:.1f} µs of waiting on the others"]
         if comp >= gap and comp >= EXPLAINS * delay_per_step and comp > 0:
@@ -133,7 +136,7 @@ def analyse(job: Any, inst: pd.DataFrame, members: pd.DataFrame) -> dict:
                       "wait_imposed_us": float(r.wait_imposed_ns) / 1e3,
                       "wait_suffered_us": float(r.wait_suffered_ns) / 1e3,
                       "delay_caused_us": float(r.delay_caused_ns) / 1e3, "delay_share": float(r.delay_share),
-                      "n_instances": int(r.n_instances)} for r in stats.itertuples()],
+                      "n_instances": int(r.n_instances), "n_decided": int(r.n_decided)} for r in stats.itertuples()],
         "straggler": straggler, "confidence": confidence, "attribution": attribution, "evidence": evidence,
         "per_step": per_step,
         "thresholds": {"tie_us": TIE_NS / 1e3, "pct_last": "0.5 + 0.5/n (n = mean group size)",
