@@ -20,11 +20,15 @@ class Options:
 def run_analysis(job: Job, options: Optional[Options] = None) -> dict:
     """Build the full report dict (docs/json-schema.md) for a loaded job."""
     from analyzer.cross_rank import cross_rank_section
+    from analyzer.hang_section import hang_section
+    from analyzer.nccl_section import nccl_section
     from rules.engine import run_rules
 
     options = options or Options()
     report = build_report(job)
     report["cross_rank"] = clean(cross_rank_section(job, gpus_per_node=options.gpus_per_node))
+    report["hang"] = clean(hang_section(job))
+    report["nccl"] = clean(nccl_section(job))
     findings = run_rules(job, report, options.rule_config)
     report["findings"] = clean([f if isinstance(f, dict) else f.to_dict() for f in findings])
     report["verdict"] = verdict(report["findings"])
