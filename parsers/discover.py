@@ -6,6 +6,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from parsers.flight_recorder import looks_like_fr_dump
 from parsers.nccl_log import looks_like_nccl_log
 
 #: Kinds a file can be classified as.
@@ -63,16 +64,14 @@ def classify(path: Path) -> InputFile:
     if not head:
         return InputFile(str(path), UNKNOWN, "empty file" if path.stat().st_size == 0 else "unreadable gzip")
     name = path.name.lower()
-    if head[:1] == b"\x80" and (b"entries" in head or b"pg_config" in head):
-        return InputFile(str(path), FR_DUMP, "pickle with Flight Recorder keys")
+    if looks_like_fr_dump(head):
+        return InputFile(str(path), FR_DUMP, "Flight Recorder dump (pickle or JSON)")
     stripped = head.lstrip()
     looks_json = stripped[:1] == b"{" or (stripped[:1] == b"[" and stripped[1:].lstrip()[:1] in (b"{", b"]"))
     if looks_json:
         if b'"traceEvents"' in head or b'"schemaVersion"' in head or (
                 stripped[:1] == b"[" and b'"ph"' in head):
             return InputFile(str(path), KINETO, "JSON with traceEvents")
-        if b'"entries"' in head and (b'"pg_config"' in head or b'"version"' in head):
-            return InputFile(str(path), FR_DUMP, "JSON with Flight Recorder keys")
         if name.startswith("nccl_trace_rank") or "flight" in name:
             return InputFile(str(path), FR_DUMP, "Flight Recorder file name")
         return InputFile(str(path), UNKNOWN, "JSON, but neither a profiler trace nor a Flight Recorder dump")
