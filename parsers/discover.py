@@ -64,7 +64,7 @@ def classify(path: Path) -> InputFile:
     if not head:
         return InputFile(str(path), UNKNOWN, "empty file" if path.stat().st_size == 0 else "unreadable gzip")
     name = path.name.lower()
-    if looks_like_fr_dump(head):
+    if looks_like_fr_dump(head) and b'"traceEvents"' not in head:
         return InputFile(str(path), FR_DUMP, "Flight Recorder dump (pickle or JSON)")
     stripped = head.lstrip()
     looks_json = stripped[:1] == b"{" or (stripped[:1] == b"[" and stripped[1:].lstrip()[:1] in (b"{", b"]"))
