@@ -233,5 +233,5 @@ def pipeline(job: Any, report: dict, step: int) -> Optional[bytes]:
                  f"m={pipe.get('m')}", fontsize=10, loc="left")
     ax.legend([plt.Rectangle((0, 0), 1, 1, color=COLORS["compute"]),
                plt.Rectangle((0, 0), 1, 1, facecolor=COLORS["bubble"], alpha=0.35, hatch="//")],
-              ["compute", "bubble"], fontsize=8, frameon=False, loc="upper right")
+              ["compute", "bubble"], fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return _png(fig)

@@ -177,9 +177,12 @@ def _figures(report: dict, job: Any) -> str:
             fg.heatmap(report, "exposed_comm_us", "exposed communication per rank and step (ms)", "magma")]
     if any(heat):
         out.append("<h2>Per rank and step</h2>")
-        out.append(_img(heat[0], "step time heatmap", "A straggler shows as a bright row."))
+        out.append(_img(heat[0], "step time heatmap",
+                        "Step time of each rank in each step; in a synchronous job the ranks mostly agree, and a "
+                        "slow step shows as a bright column."))
         out.append(_img(heat[1], "exposed comm heatmap",
-                        "Ranks that wait for a straggler show long exposed communication."))
+                        "Exposed (not overlapped) communication: the ranks that wait for a straggler show long "
+                        "exposed comm, the straggler itself the least (it waits for nobody)."))
     bars = fg.share_bars(report)
     if bars:
         out.append("<h2>Overlap and communication share</h2>")
