@@ -20,7 +20,7 @@ import pandas as pd
 
 from parsers.collective_names import normalise_op, op_from_kernel_name
 from parsers.errors import InputError
-from parsers.trace_bytes import read_trace_bytes, salvage_json_prefix
+from parsers.trace_bytes import BlockReader, StreamUnsupported, read_trace_bytes, salvage_json_prefix, scan_array
 
 KINDS = ("compute", "comm", "memcpy", "memset", "sync")
 KIND_CODE = {k: i for i, k in enumerate(KINDS)}
@@ -100,27 +100,287 @@ class KinetoTrace:
         return self.meta.get("device_type", "gpu")
 
 
-def load_trace(path: str | Path) -> KinetoTrace:
-    """Parse one Kineto/Chrome trace file (optionally gzip); salvage truncated input with a warning."""
+#: Decoded size of one slice of ``traceEvents`` (bytes). Bounds the transient event objects per worker.
+CHUNK_BYTES = 8 << 20
+
+_CHUNK_DECODER = msgspec.json.Decoder(list[_Event])
+_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+_WS = b" \t\r\n"
+
+
+class _Fallback(Exception):
+    """The streaming path cannot reproduce the whole-document result exactly; re-read the file whole."""
+
+
+def load_trace(path: str | Path, chunk_bytes: int = CHUNK_BYTES) -> KinetoTrace:
+    """Parse one Kineto/Chrome trace file (optionally gzip); salvage truncated input with a warning.
+
+    The file is inflated and decoded slice by slice (``chunk_bytes`` of ``traceEvents`` at a time) and each
+    slice is reduced to compact columns at once, so memory stays near one slice plus the kept columns. Files
+    the stream cannot handle exactly (bare arrays, corrupt gzip, JSON broken mid-file) go through the
+    whole-document path, which gives the same tables.
+    """
     path = Path(path)
-    raw = read_trace_bytes(path)
     warnings: list[str] = []
-    salvage = None
-    doc, cut_info = _decode(path, raw.data)
-    if raw.gzip_truncated or cut_info is not None:
-        kept = cut_info[1] if cut_info else len(raw.data)
-        salvage = {
-            "reason": raw.gzip_error or "JSON ends mid-document (file cut off while being written)",
-            "bytes_read": len(raw.data),
-            "bytes_kept": kept,
-            "events_recovered": len(doc.traceEvents or []),
-        }
+    try:
+        col, doc, salvage = _stream(path, chunk_bytes)
+    except _Fallback:
+        col, doc, salvage = _whole(path)
+    if salvage is not None:
         warnings.append(
             f"{path}: truncated trace salvaged: kept {salvage['events_recovered']} complete events "
-            f"({kept} of {len(raw.data)} bytes; {salvage['reason']})")
-    trace = _build(path, doc, warnings)
+            f"({salvage['bytes_kept']} of {salvage['bytes_read']} bytes; {salvage['reason']})")
+    trace = col.finish(path, doc, warnings)
     trace.salvage = salvage
     return trace
+
+
+def _salvage_info(reason: str, bytes_read: int, kept: int, events: int) -> dict:
+    return {"reason": reason, "bytes_read": bytes_read, "bytes_kept": kept, "events_recovered": events}
+
+
+def _whole(path: Path) -> tuple["_Collector", _TypedDoc, Optional[dict]]:
+    """Whole-document path: read all bytes, decode once (salvaging a cut-off tail), collect."""
+    raw = read_trace_bytes(path)
+    doc, cut_info = _decode(path, raw.data)
+    if doc.traceEvents is None:
+        raise InputError(path, "JSON without a traceEvents array: not a profiler trace")
+    salvage = None
+    if raw.gzip_truncated or cut_info is not None:
+        kept = cut_info[1] if cut_info else len(raw.data)
+        salvage = _salvage_info(raw.gzip_error or "JSON ends mid-document (file cut off while being written)",
+                                len(raw.data), kept, len(doc.traceEvents))
+    col = _Collector()
+    gc_was = gc.isenabled()
+    gc.disable()
+    try:
+        col.add(doc.traceEvents)
+    finally:
+        if gc_was:
+            gc.enable()
+    doc.traceEvents = None
+    return col, doc, salvage
+
+
+def _stream(path: Path, chunk_bytes: int) -> tuple["_Collector", _TypedDoc, Optional[dict]]:
+    """Streaming path: header, then ``traceEvents`` in slices cut at event boundaries, then the trailer.
+
+    A slice ends at a ``}`` followed by ``,`` and ``{``; if that guess falls inside a string or a nested
+    object, the slice is not valid JSON and the decoder says so, and the exact scanner (strings and
+    nesting respected) is used instead. Anything still unexpected raises _Fallback.
+    """
+    try:
+        reader = BlockReader(path, block_bytes=max(chunk_bytes, 1 << 16))
+    except InputError:
+        raise _Fallback() from None
+    blocks = reader.blocks()
+    buf = bytearray()
+    col = _Collector()
+    gc_was = gc.isenabled()
+    gc.disable()  # millions of small objects: the cyclic GC only costs time here
+    try:
+        # --- header: everything before the traceEvents array -------------------------------------------
+        m = None
+        for block in blocks:
+            buf += block
+            k = buf.find(b'"traceEvents"')
+            if k >= 0:
+                m = _EVENTS_KEY.match(buf, k)
+                if m is not None or len(buf) - k > 4096:
+                    break
+            if len(buf) > (64 << 20):
+                break
+        if m is None:
+            raise _Fallback()
+        head = _decode_members(bytes(buf[:k]), opening=True)
+        start = m.end() - 1  # buf[start] == '['
+        offset = 0           # absolute offset of buf[0] in the inflated stream
+        last_end = start + 1  # absolute offset just past the last decoded element (or the '[')
+        trailer = None
+        eof = False
+        # --- events --------------------------------------------------------------------------------------
+        while trailer is None:
+            if not eof:
+                block = next(blocks, None)
+                if block is None:
+                    eof = True
+                else:
+                    if start > (1 << 20):
+                        del buf[:start]
+                        offset += start
+                        start = 0
+                    buf += block
+                    if len(buf) - start < chunk_bytes:
+                        continue
+            if not eof:
+                c = _last_boundary(buf, start + 1)
+                if c < 0:
+                    continue
+                if _decode_slice(col, buf, start, c):
+                    last_end = offset + _end_before(buf, c)
+                    buf[c] = ord("[")
+                    start = c
+                    continue
+                cut, close = scan_array(buf, start, c + 1)
+                if close >= 0:  # the array ended inside this slice: the rest is the trailer
+                    if not _decode_slice(col, buf, start, close):
+                        raise _Fallback()
+                    start = close
+                    trailer = b""
+                    break
+                if cut <= start + 1 or not _decode_slice(col, buf, start, cut, closing_inserted=True):
+                    raise _Fallback()
+                last_end = offset + cut
+                start = _restart(buf, cut)
+                buf[start] = ord("[")
+                continue
+            # end of input: find the array's end, or salvage complete events from a cut-off file
+            close = _find_close(buf, start)
+            if close is not None and _decode_slice(col, buf, start, close):
+                start = close
+                trailer = b""
+                break
+            cut, close = scan_array(buf, start)
+            if close >= 0:
+                if not _decode_slice(col, buf, start, close):
+                    raise _Fallback()
+                start = close
+                trailer = b""
+                break
+            # truncated inside the array: keep the complete events before the cut, as the whole path does
+            if cut > start + 1:
+                if not _decode_slice(col, buf, start, cut, closing_inserted=True):
+                    raise _Fallback()
+                last_end = offset + cut
+            reason = reader.gzip_error or "JSON ends mid-document (file cut off while being written)"
+            salvage = _salvage_info(reason, reader.total, last_end, col.n_events)
+            return col, head, salvage
+        for block in blocks:  # the trailer (normally a few hundred bytes)
+            buf += block
+            if len(buf) - start > (64 << 20):
+                raise _Fallback()
+        tail = _decode_members(bytes(buf[start + 1:]), opening=False)
+        if tail.traceEvents is not None:
+            raise _Fallback()
+        for f in head.__struct_fields__:
+            v = getattr(tail, f)
+            if v is not None:
+                setattr(head, f, v)
+        salvage = None
+        if reader.gzip_truncated:
+            salvage = _salvage_info(reader.gzip_error, reader.total, reader.total, col.n_events)
+        return col, head, salvage
+    except StreamUnsupported:
+        raise _Fallback() from None
+    finally:
+        if gc_was:
+            gc.enable()
+        blocks.close()
+
+
+def _end_before(buf: bytearray, c: int) -> int:
+    """Offset just past the '}' that precedes the separator at ``c`` (whitespace may lie between)."""
+    i = c - 1
+    while buf[i] in _WS:
+        i -= 1
+    return i + 1
+
+
+def _restart(buf: bytearray, cut: int) -> int:
+    """After a slice ending at ``cut``, the offset of the ',' before the next element (made '[')."""
+    i = cut
+    n = len(buf)
+    while i < n and buf[i] in _WS:
+        i += 1
+    if i < n and buf[i] == ord(","):
+        return i
+    raise _Fallback()
+
+
+def _last_boundary(buf: bytearray, lo: int) -> int:
+    """Offset of the ',' in the last ``}`` ws ``,`` ws ``{`` of ``buf[lo:]``, or -1."""
+    hi = len(buf)
+    while True:
+        p = buf.rfind(b"}", lo, hi)
+        if p < 0:
+            return -1
+        i = p + 1
+        n = len(buf)
+        while i < n and buf[i] in _WS:
+            i += 1
+        if i < n and buf[i] == ord(","):
+            j = i + 1
+            while j < n and buf[j] in _WS:
+                j += 1
+            if j < n and buf[j] == ord("{"):
+                return i
+        hi = p
+
+
+def _find_close(buf: bytearray, start: int) -> Optional[int]:
+    """Offset of the ']' closing traceEvents when only the trailer follows it (common layout), else None."""
+    q = len(buf)
+    for _ in range(4):
+        q = buf.rfind(b"]", start, q)
+        if q < 0:
+            return None
+        tail = bytes(buf[q + 1:]).strip(_WS)
+        if tail == b"}" or tail.startswith(b","):
+            return q
+    return None
+
+
+def _decode_slice(col: "_Collector", buf: bytearray, start: int, end: int, closing_inserted: bool = False) -> bool:
+    """Decode the event list ``buf[start:end+1]`` (``buf[start]`` is '['; ``buf[end]`` is made ']' meanwhile).
+
+    With ``closing_inserted``, ``buf[start:end]`` ends just after a complete element and ']' is appended to
+    a copy. Returns False when the bytes are not a valid event list (a wrong boundary guess, or bad input).
+    """
+    try:
+        if closing_inserted:
+            events = _CHUNK_DECODER.decode(bytes(buf[start:end]) + b"]")
+        else:
+            saved = buf[end]
+            buf[end] = ord("]")
+            try:
+                with memoryview(buf) as mv, mv[start:end + 1] as part:
+                    events = _CHUNK_DECODER.decode(part)
+            finally:
+                buf[end] = saved
+    except msgspec.DecodeError:
+        return False
+    col.add(events)
+    return True
+
+
+def _decode_members(part: bytes, opening: bool) -> _TypedDoc:
+    """Top-level members before (``opening``) or after the traceEvents array, decoded as one object."""
+    if opening:
+        body = part.strip(_WS)
+        if not body.startswith(b"{"):
+            raise _Fallback()
+        body = body[1:].strip(_WS)
+        if body:
+            if not body.endswith(b","):
+                raise _Fallback()
+            body = body[:-1]
+            if not body.strip(_WS):
+                raise _Fallback()
+        text = b"{" + body + b"}"
+    else:
+        body = part.strip(_WS)
+        if body == b"}":
+            text = b"{}"
+        elif body.startswith(b","):
+            text = b"{" + body[1:]
+            if not text[1:].strip(_WS).startswith(b'"'):
+                raise _Fallback()
+        else:
+            raise _Fallback()
+    try:
+        return _DECODER.decode(text)
+    except msgspec.DecodeError:
+        raise _Fallback() from None
 
 
 def _decode(path: Path, data: bytes) -> tuple[_TypedDoc, Optional[tuple[int, int]]]:
@@ -170,57 +430,454 @@ def _rank_from_name(path: Path) -> Optional[int]:
     return int(m[-1]) if m else None
 
 
-def _build(path: Path, doc: _TypedDoc, warnings: list[str]) -> KinetoTrace:
-    events = [e for e in (doc.traceEvents or []) if isinstance(e, _Event)]
-    if doc.traceEvents is None:
-        raise InputError(path, "JSON without a traceEvents array: not a profiler trace")
-    dist = doc.distributedInfo if isinstance(doc.distributedInfo, dict) else {}
-    rank, rank_source = None, "none"
-    if isinstance(dist.get("rank"), int):
-        rank, rank_source = dist["rank"], "distributedInfo"
-    else:
-        rank = _rank_from_name(path)
-        if rank is not None:
-            rank_source = "filename"
-    world = dist.get("world_size") if isinstance(dist.get("world_size"), int) else None
+# --- compact columns, slice by slice ---------------------------------------------------------------------
+_F_COMM_KERNEL, _F_COMM_SPAN, _F_STEP, _F_STEP_PREFIX, _F_P2P, _F_GLOO, _F_RPC = 1, 2, 4, 8, 16, 32, 64
+_KEEP_ANY_CAT = _F_STEP | _F_P2P
+_C_GPU, _C_RUNTIME, _C_CPU, _C_UA, _C_GUA = 1, 2, 3, 4, 5
+_CAT_CLASS = {**{c: _C_GPU for c in _GPU_CATS}, **{c: _C_RUNTIME for c in _RUNTIME_CATS},
+              "cpu_op": _C_CPU, "Operator": _C_CPU, "user_annotation": _C_UA, "gpu_user_annotation": _C_GUA}
+_GPU_FIXED = {c: (-1 if k is None else KIND_CODE[k]) for c, k in _GPU_CATS.items()}
+_P2P_OPS = ("c10d::send", "c10d::recv_", "c10d::recv_any_source_")
 
-    base_ns = 0
-    if doc.baseTimeNanoseconds is not None:
+
+def _name_flags(nm: str) -> int:
+    """What a name means to the analysis, computed once per distinct name."""
+    f = 0
+    if _COMM_KERNEL.search(nm):
+        f |= _F_COMM_KERNEL
+    if _COMM_CPU_SPAN.match(nm):
+        f |= _F_COMM_SPAN
+    if _STEP.match(nm):
+        f |= _F_STEP
+    if nm.startswith("ProfilerStep#"):
+        f |= _F_STEP_PREFIX
+    if nm in _P2P_OPS:
+        f |= _F_P2P
+    if nm.startswith("gloo:"):
+        f |= _F_GLOO
+    if nm == "record_param_comms":
+        f |= _F_RPC
+    return f
+
+
+def _peer_from_args(a: Optional[_Args]) -> int:
+    """c10d::send/recv_ record ``Concrete Inputs`` = [tensors, pg, peer, tag]: the peer rank, or -1."""
+    ci = a.concrete_inputs if a is not None else None
+    if isinstance(ci, list) and len(ci) > 2:
         try:
-            base_ns = int(doc.baseTimeNanoseconds)
+            return int(ci[2])
         except (TypeError, ValueError):
-            warnings.append(f"{path}: baseTimeNanoseconds {doc.baseTimeNanoseconds!r} is not a number; ignored")
+            return -1
+    return -1
 
-    x = [e for e in events if e.ph == "X" and e.ts is not None]
-    ts = np.array([_num(e.ts) for e in x], dtype=np.float64)
-    dur = np.array([_num(e.dur, 0.0) for e in x], dtype=np.float64)
-    bad = ~np.isfinite(ts)
-    if bad.any():
-        warnings.append(f"{path}: {int(bad.sum())} events with a non-numeric ts ignored")
-    dur = np.where(np.isfinite(dur) & (dur > 0), dur, 0.0)
-    start = _to_ns(np.where(bad, 0, ts)) + base_ns
-    end = start + _to_ns(dur)
-    cats = [e.cat if isinstance(e.cat, str) else "" for e in x]
-    names_raw = [e.name if isinstance(e.name, str) else "" for e in x]
 
-    # --- device activity --------------------------------------------------------------------------
-    gpu_idx = [i for i, c in enumerate(cats) if c in _GPU_CATS and not bad[i]]
-    runtime_idx = [i for i, c in enumerate(cats) if c in _RUNTIME_CATS and not bad[i]]
-    meta = _meta(doc, dist, path)
-    if gpu_idx:
-        activity, coll, names = _gpu_activity(x, gpu_idx, runtime_idx, start, end, cats, names_raw)
-        meta["device_type"] = "gpu"
-    else:
-        activity, coll, names = _cpu_activity(x, start, end, cats, names_raw, events)
-        meta["device_type"] = "cpu"
+def _cat_arrays(parts: list[tuple], n_fields: int, dtypes: tuple) -> list[np.ndarray]:
+    if not parts:
+        return [np.empty(0, dt) for dt in dtypes]
+    return [np.concatenate([p[i] for p in parts]) for i in range(n_fields)]
 
-    steps = _steps(x, start, end, cats, names_raw, bad)
-    annotations = _annotations(start, end, cats, names_raw, bad)
-    if not len(activity):
-        warnings.append(f"{path}: no device activity or CPU operators found")
-    return KinetoTrace(str(path), rank, rank_source, world, meta, activity, names, coll, steps,
-                       annotations, warnings)
 
+class _Collector:
+    """Reduces decoded events, slice by slice, to the columns the tables are built from (file order kept).
+
+    Events of no interest (python_function, flows, most CPU ops once the trace is known to have GPU
+    activity) are dropped as they are seen; everything kept is numpy columns or a few small lists.
+    """
+
+    _G_TYPES = (np.float64, np.float64, np.int32, np.int8, np.int64, np.int64, np.int64, np.int64, np.int64,
+                np.int64, np.bool_)
+    _R_TYPES = (np.float64, np.int64, np.int32)
+    _C_TYPES = (np.float64, np.float64, np.int32, np.int32, np.bool_, np.int32)
+
+    def __init__(self) -> None:
+        self.n_events = 0
+        self.n_bad = 0
+        self.flags: dict[str, int] = {}
+        self.name_code: dict[str, int] = {}
+        self.name_list: list[str] = []
+        self.tid_code: dict[Any, int] = {}
+        self.tid_list: list[Any] = []
+        self.g: list[tuple] = []       # ts, dur, name, fixed kind, stream, tid, device, pid, corr, ext, coll
+        self.g_args: list[Optional[_Args]] = []
+        self.r: list[tuple] = []       # ts, corr, tid
+        self.c: Optional[list[tuple]] = []  # ts, dur, tid, name, is user_annotation, span index
+        self.spans: list[tuple] = []   # ts, dur, tid, name, External id (int or None), args
+        self.steps: list[tuple] = []   # step, ts, dur, on the GPU track
+        self.step_tids: set[int] = set()
+        self.ann: list[tuple] = []     # name, ts, dur, on the GPU track
+        self.p2p: list[tuple] = []     # tid, ts, peer
+        self.has_gpu = False
+
+    def _tid(self, t: Any) -> int:
+        try:
+            c = self.tid_code.get(t)
+        except TypeError:  # unhashable (a list): compare by value
+            for i, v in enumerate(self.tid_list):
+                if v == t:
+                    return i
+            self.tid_list.append(t)
+            return len(self.tid_list) - 1
+        if c is None:
+            c = self.tid_code[t] = len(self.tid_list)
+            self.tid_list.append(t)
+        return c
+
+    def _name(self, nm: str) -> int:
+        c = self.name_code.get(nm)
+        if c is None:
+            c = self.name_code[nm] = len(self.name_list)
+            self.name_list.append(nm)
+        return c
+
+    def add(self, events: list[_Event]) -> None:
+        """Take one slice of decoded events (the objects can be freed afterwards)."""
+        self.n_events += len(events)
+        gts, gdur, gname, gkind, gstream, gtid, gdev, gpid, gcorr, gext, gcoll = ([] for _ in range(11))
+        rts, rcorr, rtid = [], [], []
+        cts, cdur, ctid, cname, cua, cspan = ([] for _ in range(6))
+        g_args = self.g_args
+        flags, name_code, tid_code = self.flags, self.name_code, self.tid_code
+        cat_class, gpu_fixed = _CAT_CLASS, _GPU_FIXED
+        keep_cpu = self.c is not None
+        n_bad = 0
+        has_gpu = self.has_gpu
+        for e in events:
+            if e.ph != "X":
+                continue
+            ts = e.ts
+            if ts is None:
+                continue
+            if ts.__class__ is not float:
+                ts = _num(ts)
+            bad = not (ts - ts == 0)  # NaN or ±inf
+            if bad:
+                n_bad += 1
+                ts = 0.0
+            cat = e.cat
+            cls = cat_class.get(cat, 0) if cat.__class__ is str else 0
+            nm = e.name
+            if nm.__class__ is not str:
+                nm = ""
+            fl = flags.get(nm)
+            if fl is None:
+                fl = flags[nm] = _name_flags(nm)
+            if not cls and not fl & _KEEP_ANY_CAT:
+                continue
+            d = e.dur
+            if d.__class__ is not float:
+                d = _num(d, 0.0)
+            if not (d > 0 and d - d == 0):
+                d = 0.0
+            if cls == _C_GPU:
+                if not bad:
+                    has_gpu = True
+                    c = name_code.get(nm)
+                    if c is None:
+                        c = self._name(nm)
+                    gts.append(ts)
+                    gdur.append(d)
+                    gname.append(c)
+                    gkind.append(gpu_fixed[cat])
+                    v = e.tid
+                    gtid.append(v if v.__class__ is int else -1)
+                    v = e.pid
+                    gpid.append(v if v.__class__ is int else -1)
+                    a = e.args
+                    if a is None:
+                        gstream.append(-1)
+                        gdev.append(-1)
+                        gcorr.append(-1)
+                        gext.append(-1)
+                        gcoll.append(False)
+                        g_args.append(None)
+                    else:
+                        v = a.stream
+                        gstream.append(v if v.__class__ is int else -1)
+                        v = a.device
+                        gdev.append(v if v.__class__ is int else -1)
+                        v = a.correlation
+                        gcorr.append(v if v.__class__ is int else -1)
+                        v = a.external_id
+                        gext.append(v if v.__class__ is int else -1)
+                        coll = a.coll_name is not None
+                        gcoll.append(coll)
+                        g_args.append(a if coll or a.in_nelems is not None or a.out_nelems is not None
+                                      or a.dtype is not None or a.pg_name is not None or a.pg_desc is not None
+                                      or a.pg_ranks is not None or a.group_size is not None else None)
+            elif cls == _C_RUNTIME:
+                if not bad:
+                    a = e.args
+                    v = a.correlation if a is not None else None
+                    rcorr.append(v if v.__class__ is int else -1)
+                    rts.append(ts)
+                    t = e.tid
+                    c = tid_code.get(t) if t.__class__ is int else None
+                    rtid.append(self._tid(t) if c is None else c)
+            elif cls:
+                if cls != _C_GUA:
+                    span = -1
+                    t = e.tid
+                    tc = tid_code.get(t) if t.__class__ is int else None
+                    if tc is None:
+                        tc = self._tid(t)
+                    if fl & _F_COMM_SPAN:
+                        a = e.args
+                        x = a.external_id if a is not None else None
+                        span = len(self.spans)
+                        self.spans.append((ts, d, tc, nm, x if isinstance(x, int) else None, a))
+                    if keep_cpu:
+                        c = name_code.get(nm)
+                        if c is None:
+                            c = self._name(nm)
+                        cts.append(ts)
+                        cdur.append(d)
+                        ctid.append(tc)
+                        cname.append(c)
+                        cua.append(cls == _C_UA)
+                        cspan.append(span)
+                if cls != _C_CPU and not bad and not fl & _F_STEP_PREFIX:
+                    self.ann.append((nm, ts, d, cls == _C_GUA))
+            if fl & _F_STEP:
+                if not bad:
+                    self.steps.append((int(_STEP.match(nm).group(1)), ts, d, cat == "gpu_user_annotation"))
+                self.step_tids.add(self._tid(e.tid))
+            if fl & _F_P2P:
+                self.p2p.append((self._tid(e.tid), ts, _peer_from_args(e.args)))
+        self.n_bad += n_bad
+        self.has_gpu = has_gpu
+        if gts:
+            self.g.append(tuple(np.array(v, dtype=t) for v, t in zip(
+                (gts, gdur, gname, gkind, gstream, gtid, gdev, gpid, gcorr, gext, gcoll), self._G_TYPES)))
+        if rts:
+            self.r.append(tuple(np.array(v, dtype=t) for v, t in zip((rts, rcorr, rtid), self._R_TYPES)))
+        if has_gpu:
+            self.c = None  # a GPU trace: CPU operators are not activity
+        elif cts:
+            self.c.append(tuple(np.array(v, dtype=t) for v, t in zip(
+                (cts, cdur, ctid, cname, cua, cspan), self._C_TYPES)))
+
+    # --- tables ------------------------------------------------------------------------------------------
+    def finish(self, path: Path, doc: _TypedDoc, warnings: list[str]) -> KinetoTrace:
+        """Build the KinetoTrace tables from everything collected."""
+        dist = doc.distributedInfo if isinstance(doc.distributedInfo, dict) else {}
+        rank, rank_source = None, "none"
+        if isinstance(dist.get("rank"), int):
+            rank, rank_source = dist["rank"], "distributedInfo"
+        else:
+            rank = _rank_from_name(path)
+            if rank is not None:
+                rank_source = "filename"
+        world = dist.get("world_size") if isinstance(dist.get("world_size"), int) else None
+        base_ns = 0
+        if doc.baseTimeNanoseconds is not None:
+            try:
+                base_ns = int(doc.baseTimeNanoseconds)
+            except (TypeError, ValueError):
+                warnings.append(f"{path}: baseTimeNanoseconds {doc.baseTimeNanoseconds!r} is not a number; ignored")
+        if self.n_bad:
+            warnings.append(f"{path}: {self.n_bad} events with a non-numeric ts ignored")
+        self.base_ns = base_ns
+        self.name_flags = np.array([self.flags[n] for n in self.name_list], dtype=np.int64)
+        self.tid_int = _int_col(self.tid_list)
+        meta = _meta(doc, dist, path)
+        spans = self._spans()
+        if self.has_gpu:
+            activity, coll, names = self._gpu_activity(spans)
+            meta["device_type"] = "gpu"
+        else:
+            activity, coll, names = self._cpu_activity(spans)
+            meta["device_type"] = "cpu"
+        steps = self._steps()
+        annotations = self._annotations()
+        if not len(activity):
+            warnings.append(f"{path}: no device activity or CPU operators found")
+        return KinetoTrace(str(path), rank, rank_source, world, meta, activity, names, coll, steps,
+                           annotations, warnings)
+
+    def _ns(self, ts: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        start = _to_ns(np.asarray(ts, dtype=np.float64)) + self.base_ns
+        return start, start + _to_ns(np.asarray(dur, dtype=np.float64))
+
+    def _spans(self) -> list[tuple]:
+        """CPU-side collective spans (gloo:*, nccl:*, c10d::*, symm_mem::*): (start, end, tid, name)."""
+        if not self.spans:
+            return []
+        s, e = self._ns([x[0] for x in self.spans], [x[1] for x in self.spans])
+        return [(s[i], e[i], x[2], x[3]) for i, x in enumerate(self.spans)]
+
+    def _comm_by_ext(self) -> dict:
+        out: dict = {}
+        for x in self.spans:
+            if x[4] is not None:
+                out.setdefault(x[4], x[3])
+        return out
+
+    def _gpu_activity(self, spans: list[tuple]):
+        """Kernels, memcpy, memset and syncs with their class and the launching runtime call's start."""
+        ts, dur, name, fixed, stream, tid, device, pid, corr, ext, coll = _cat_arrays(self.g, 11, self._G_TYPES)
+        start, end = self._ns(ts, dur)
+        stream = np.where(stream >= 0, stream, tid)
+        device = np.where(device >= 0, device, pid)
+        name_comm = (self.name_flags & _F_COMM_KERNEL) != 0
+        kind = np.where(fixed >= 0, fixed,
+                        np.where(name_comm[name] | coll, KIND_CODE["comm"], KIND_CODE["compute"])).astype(np.int8)
+
+        r_ts, r_corr, r_tid = _cat_arrays(self.r, 3, self._R_TYPES)
+        r_start = self._ns(r_ts, np.zeros_like(r_ts))[0]
+        launch_start = np.full(len(ts), -1, dtype=np.int64)
+        launch_pos = np.full(len(ts), -1, dtype=np.int64)
+        if r_corr.size:
+            order = np.argsort(r_corr, kind="stable")
+            sc = r_corr[order]
+            pos = np.searchsorted(sc, corr)
+            pos_c = np.minimum(pos, sc.size - 1)
+            hit = (corr >= 0) & (sc[pos_c] == corr)
+            launch_pos[hit] = order[pos_c[hit]]
+            launch_start[hit] = r_start[launch_pos[hit]]
+
+        # Kernels launched by a collective CPU op (symm_mem::*, …) are comm even without an NCCL name.
+        comm_by_ext = self._comm_by_ext()
+        symm = [k for k, nm in comm_by_ext.items() if nm.startswith("symm_mem::")]
+        if symm:
+            hit = (kind == KIND_CODE["compute"]) & np.isin(ext, np.array(symm, dtype=np.int64))
+            kind[hit] = KIND_CODE["comm"]
+
+        name_id, uniq = pd.factorize(name, sort=False)
+        names = [self.name_list[u] for u in uniq]
+        activity = pd.DataFrame({
+            "start": start, "end": end, "device": device, "stream": stream,
+            "kind": pd.Categorical.from_codes(kind, KINDS), "name_id": name_id.astype(np.int32),
+            "correlation": corr, "launch_start": launch_start,
+        })
+        activity = activity.sort_values(["start", "end"], kind="stable")
+        order = activity.index.to_numpy()
+        activity = activity.reset_index(drop=True)
+
+        recs = []
+        for row in np.flatnonzero(activity["kind"].to_numpy() == "comm"):
+            j = order[row]
+            a = self.g_args[j]
+            op = ""
+            if a is not None and isinstance(a.coll_name, str):
+                op = normalise_op(a.coll_name)
+            if not op or op == "unknown":
+                op = op_from_kernel_name(self.name_list[name[j]])
+            if op == "unknown":
+                op = _op_from_launcher(ext[j], launch_pos[j], r_tid, r_start, comm_by_ext, spans)
+            recs.append(_coll_record(row, op, a, -1))
+        return activity, _collectives_frame(recs, activity), names
+
+    def _cpu_activity(self, spans: list[tuple]):
+        """CPU-only (gloo) traces: training-thread CPU ops are compute, gloo/c10d collective spans are comm."""
+        ts, dur, tid, name, ua, span = _cat_arrays(self.c or [], 6, self._C_TYPES)
+        start, end = self._ns(ts, dur)
+        fl = self.name_flags[name] if name.size else np.empty(0, np.int64)
+        if self.step_tids:
+            main = np.array(sorted(self.step_tids), dtype=np.int32)
+        elif tid.size:
+            codes, first = np.unique(tid, return_index=True)
+            busy = np.zeros(codes.size, dtype=np.int64)
+            np.add.at(busy, np.searchsorted(codes, tid), end - start)
+            by_first = np.argsort(first, kind="stable")
+            main = np.array([codes[by_first[np.argmax(busy[by_first])]]], dtype=np.int32)
+        else:
+            main = np.empty(0, np.int32)
+        not_step = (fl & _F_STEP) == 0
+        comm = not_step & ((fl & _F_GLOO) != 0)
+        compute = (not_step & ~comm & np.isin(tid, main) & ~ua & ((fl & _F_COMM_SPAN) == 0)
+                   & ((fl & _F_RPC) == 0))
+        rows = np.flatnonzero(comm | compute)
+        kind = np.where(comm[rows], KIND_CODE["comm"], KIND_CODE["compute"]).astype(np.int8)
+        name_id, uniq = pd.factorize(name[rows], sort=False)
+        names = [self.name_list[u] for u in uniq]
+        activity = pd.DataFrame({
+            "start": start[rows], "end": end[rows],
+            "device": np.full(len(rows), -1, np.int64),
+            "stream": self.tid_int[tid[rows]] if rows.size else np.empty(0, np.int64),
+            "kind": pd.Categorical.from_codes(kind, KINDS),
+            "name_id": name_id.astype(np.int32),
+            "correlation": np.full(len(rows), -1, np.int64),
+            "launch_start": np.full(len(rows), -1, np.int64),
+        })
+        activity = activity.sort_values(["start", "end"], kind="stable")
+        order = activity.index.to_numpy()
+        activity = activity.reset_index(drop=True)
+        peer_of = self._p2p_peers()
+        recs = []
+        name_ids = activity["name_id"].to_numpy()
+        for row in np.flatnonzero(activity["kind"].to_numpy() == "comm"):
+            i = rows[order[row]]
+            a = self.spans[span[i]][5] if span[i] >= 0 else None
+            nm = names[name_ids[row]]
+            op = normalise_op(a.coll_name if a is not None and isinstance(a.coll_name, str) else nm)
+            peer = peer_of(tid[i], start[i]) if nm in ("gloo:send", "gloo:recv") else -1
+            recs.append(_coll_record(row, op, a, peer))
+        return activity, _collectives_frame(recs, activity), names
+
+    def _p2p_peers(self):
+        """Peer of a gloo:send/recv span: from the c10d::send/recv_ op just before it on the same thread."""
+        by_tid: dict[int, tuple[list, list]] = {}
+        if self.p2p:
+            s, _ = self._ns([x[1] for x in self.p2p], np.zeros(len(self.p2p)))
+            for (t, _, peer), st in zip(self.p2p, s):
+                ts_list, peer_list = by_tid.setdefault(t, ([], []))
+                ts_list.append(int(st))
+                peer_list.append(peer)
+        sorted_by_tid = {}
+        for t, (ts_list, peer_list) in by_tid.items():
+            order = np.argsort(ts_list, kind="stable")
+            sorted_by_tid[t] = (np.array(ts_list)[order], np.array(peer_list)[order])
+
+        def peer_of(t: int, st: int) -> int:
+            hit = sorted_by_tid.get(int(t))
+            if hit is None:
+                return -1
+            k = np.searchsorted(hit[0], st, side="right") - 1
+            return int(hit[1][k]) if k >= 0 else -1
+
+        return peer_of
+
+    def _steps(self) -> pd.DataFrame:
+        """ProfilerStep#N windows, preferring the CPU track; a step seen twice spans both."""
+        cpu, gpu = {}, {}
+        if self.steps:
+            s, e = self._ns([x[1] for x in self.steps], [x[2] for x in self.steps])
+            for (n, _, _, on_gpu), si, ei in zip(self.steps, s, e):
+                target = gpu if on_gpu else cpu
+                a, b = target.get(n, (si, ei))
+                target[n] = (min(a, si), max(b, ei))
+        chosen = cpu or gpu
+        rows = sorted((n, s_, e_) for n, (s_, e_) in chosen.items())
+        df = pd.DataFrame(rows, columns=["step", "start", "end"])
+        return df.astype({"step": np.int64, "start": np.int64, "end": np.int64})
+
+    def _annotations(self) -> pd.DataFrame:
+        """User annotations (CPU and GPU tracks), ProfilerStep windows excluded."""
+        ann = self.ann
+        if ann:
+            s, e = self._ns([x[1] for x in ann], [x[2] for x in ann])
+            rows = [(x[0], si, ei, "gpu" if x[3] else "cpu") for x, si, ei in zip(ann, s, e)]
+        else:
+            rows = []
+        df = pd.DataFrame(rows, columns=["name", "start", "end", "track"])
+        return df.astype({"start": np.int64, "end": np.int64})
+
+
+def _op_from_launcher(ext_id, launch_pos, r_tid, r_start, comm_by_ext, spans) -> str:
+    """The op of a comm kernel whose name and args do not say: ask the CPU op that launched it."""
+    if ext_id >= 0 and ext_id in comm_by_ext:
+        op = normalise_op(comm_by_ext[ext_id])
+        if op != "unknown":
+            return op
+    if launch_pos >= 0:
+        tid, t = r_tid[launch_pos], r_start[launch_pos]
+        best = None
+        for s, e, tt, nm in spans:
+            if tt == tid and s <= t < e and (best is None or s >= best[0]):
+                best = (s, nm)
+        if best is not None:
+            return normalise_op(best[1])
+    return "unknown"
 
 def _meta(doc: _TypedDoc, dist: dict, path: Path) -> dict:
     props = doc.deviceProperties if isinstance(doc.deviceProperties, list) else []
@@ -237,127 +894,8 @@ def _meta(doc: _TypedDoc, dist: dict, path: Path) -> dict:
     }
 
 
-def _intern(names: list[str]) -> tuple[np.ndarray, list[str]]:
-    codes, uniques = pd.factorize(pd.Series(names, dtype=object), sort=False)
-    return codes.astype(np.int32), [str(u) for u in uniques]
-
-
 def _int_col(values: list[Any]) -> np.ndarray:
     return np.array([v if isinstance(v, int) and not isinstance(v, bool) else -1 for v in values], dtype=np.int64)
-
-
-def _gpu_activity(x, gpu_idx, runtime_idx, start, end, cats, names_raw):
-    """Kernels, memcpy, memset and syncs with their class and the launching runtime call's start."""
-    gi = np.array(gpu_idx, dtype=np.int64)
-    args = [x[i].args for i in gpu_idx]
-    stream = _int_col([a.stream if a else None for a in args])
-    tid = [x[i].tid for i in gpu_idx]
-    stream = np.where(stream >= 0, stream, _int_col(tid))
-    device = _int_col([a.device if a else None for a in args])
-    device = np.where(device >= 0, device, _int_col([x[i].pid for i in gpu_idx]))
-    corr = _int_col([a.correlation if a else None for a in args])
-    ext = _int_col([a.external_id if a else None for a in args])
-    gnames = [names_raw[i] for i in gpu_idx]
-    kind = np.empty(len(gpu_idx), dtype=np.int8)
-    for j, i in enumerate(gpu_idx):
-        fixed = _GPU_CATS[cats[i]]
-        if fixed is not None:
-            kind[j] = KIND_CODE[fixed]
-        elif _COMM_KERNEL.search(gnames[j]) or (args[j] is not None and args[j].coll_name is not None):
-            kind[j] = KIND_CODE["comm"]
-        else:
-            kind[j] = KIND_CODE["compute"]
-
-    # Launch time and launching thread of each GPU activity via its runtime call's correlation id.
-    r_corr = _int_col([x[i].args.correlation if x[i].args else None for i in runtime_idx])
-    r_start = start[np.array(runtime_idx, dtype=np.int64)] if runtime_idx else np.empty(0, np.int64)
-    r_tid = [x[i].tid for i in runtime_idx]
-    launch_start = np.full(len(gpu_idx), -1, dtype=np.int64)
-    launch_pos = np.full(len(gpu_idx), -1, dtype=np.int64)
-    if r_corr.size:
-        order = np.argsort(r_corr, kind="stable")
-        sc = r_corr[order]
-        pos = np.searchsorted(sc, corr)
-        pos_c = np.minimum(pos, sc.size - 1)
-        hit = (corr >= 0) & (sc[pos_c] == corr)
-        launch_pos[hit] = order[pos_c[hit]]
-        launch_start[hit] = r_start[launch_pos[hit]]
-
-    # Kernels launched by a collective CPU op (symm_mem::*, …) are comm even without an NCCL name.
-    cpu_comm = _cpu_comm_spans(x, start, end, cats, names_raw)
-    comm_by_ext = {}
-    for (ext_id, nm) in cpu_comm["by_ext"]:
-        comm_by_ext.setdefault(ext_id, nm)
-    for j in range(len(gpu_idx)):
-        if kind[j] == KIND_CODE["compute"] and ext[j] in comm_by_ext:
-            if comm_by_ext[ext[j]].startswith("symm_mem::"):
-                kind[j] = KIND_CODE["comm"]
-
-    name_id, names = _intern(gnames)
-    activity = pd.DataFrame({
-        "start": start[gi], "end": end[gi], "device": device, "stream": stream,
-        "kind": pd.Categorical.from_codes(kind, KINDS), "name_id": name_id,
-        "correlation": corr, "launch_start": launch_start,
-    })
-    activity.sort_values(["start", "end"], inplace=True, kind="stable")
-    order = activity.index.to_numpy()
-    activity.reset_index(drop=True, inplace=True)
-
-    # Collective metadata per comm activity.
-    comm_rows = np.flatnonzero(activity["kind"].to_numpy() == "comm")
-    recs = []
-    for row in comm_rows:
-        j = order[row]
-        a = args[j]
-        op = ""
-        if a is not None and isinstance(a.coll_name, str):
-            op = normalise_op(a.coll_name)
-        if not op or op == "unknown":
-            op = op_from_kernel_name(gnames[j])
-        if op == "unknown":
-            op = _op_from_launcher(ext[j], launch_pos[j], r_tid, r_start, comm_by_ext, cpu_comm)
-        recs.append((
-            row, op,
-            a.in_nelems if a is not None and isinstance(a.in_nelems, int) else -1,
-            a.out_nelems if a is not None and isinstance(a.out_nelems, int) else -1,
-            str(a.dtype) if a is not None and a.dtype is not None else "",
-            str(a.pg_name) if a is not None and a.pg_name is not None else "",
-            str(a.pg_desc) if a is not None and a.pg_desc is not None else "",
-            str(a.pg_ranks) if a is not None and a.pg_ranks is not None else "",
-            a.group_size if a is not None and isinstance(a.group_size, int) else -1,
-            -1,
-        ))
-    coll = _collectives_frame(recs, activity)
-    return activity, coll, names
-
-
-def _op_from_launcher(ext_id, launch_pos, r_tid, r_start, comm_by_ext, cpu_comm) -> str:
-    """The op of a comm kernel whose name and args do not say: ask the CPU op that launched it."""
-    if ext_id >= 0 and ext_id in comm_by_ext:
-        op = normalise_op(comm_by_ext[ext_id])
-        if op != "unknown":
-            return op
-    if launch_pos >= 0:
-        tid, t = r_tid[launch_pos], r_start[launch_pos]
-        best = None
-        for s, e, tt, nm in cpu_comm["spans"]:
-            if tt == tid and s <= t < e and (best is None or s >= best[0]):
-                best = (s, nm)
-        if best is not None:
-            return normalise_op(best[1])
-    return "unknown"
-
-
-def _cpu_comm_spans(x, start, end, cats, names_raw) -> dict:
-    """CPU-side collective spans (gloo:*, nccl:*, c10d::*, symm_mem::*) with their External ids."""
-    spans, by_ext = [], []
-    for i, nm in enumerate(names_raw):
-        if cats[i] in ("cpu_op", "user_annotation", "Operator") and _COMM_CPU_SPAN.match(nm):
-            spans.append((start[i], end[i], x[i].tid, nm))
-            a = x[i].args
-            if a is not None and isinstance(a.external_id, int):
-                by_ext.append((a.external_id, nm))
-    return {"spans": spans, "by_ext": by_ext}
 
 
 _COLL_COLUMNS = ["act_index", "op", "in_nelems", "out_nelems", "dtype", "pg_name", "pg_desc", "pg_ranks",
@@ -375,123 +913,18 @@ def _collectives_frame(recs: list[tuple], activity: pd.DataFrame) -> pd.DataFram
     return coll
 
 
-def _cpu_activity(x, start, end, cats, names_raw, events):
-    """CPU-only (gloo) traces: training-thread CPU ops are compute, gloo/c10d collective spans are comm."""
-    tids = [e.tid for e in x]
-    step_tids = {tids[i] for i, nm in enumerate(names_raw) if _STEP.match(nm)}
-    op_rows = [i for i, c in enumerate(cats) if c in ("cpu_op", "Operator", "user_annotation")]
-    if step_tids:
-        main = step_tids
-    else:
-        busy: dict[Any, float] = {}
-        for i in op_rows:
-            busy[tids[i]] = busy.get(tids[i], 0) + (end[i] - start[i])
-        main = {max(busy, key=busy.get)} if busy else set()
-    rows, kind = [], []
-    for i in op_rows:
-        nm = names_raw[i]
-        if _STEP.match(nm):
-            continue
-        if nm.startswith("gloo:"):
-            rows.append(i)
-            kind.append(KIND_CODE["comm"])
-        elif tids[i] in main and cats[i] != "user_annotation" and not _COMM_CPU_SPAN.match(nm) \
-                and nm != "record_param_comms":
-            rows.append(i)
-            kind.append(KIND_CODE["compute"])
-    ri = np.array(rows, dtype=np.int64)
-    name_id, names = _intern([names_raw[i] for i in rows])
-    activity = pd.DataFrame({
-        "start": start[ri] if rows else np.empty(0, np.int64),
-        "end": end[ri] if rows else np.empty(0, np.int64),
-        "device": np.full(len(rows), -1, np.int64),
-        "stream": _int_col([tids[i] for i in rows]),
-        "kind": pd.Categorical.from_codes(np.array(kind, dtype=np.int8), KINDS),
-        "name_id": name_id,
-        "correlation": np.full(len(rows), -1, np.int64),
-        "launch_start": np.full(len(rows), -1, np.int64),
-    })
-    activity.sort_values(["start", "end"], inplace=True, kind="stable")
-    order = activity.index.to_numpy()
-    activity.reset_index(drop=True, inplace=True)
-    peers = _p2p_peers(x, start, names_raw, tids)
-    recs = []
-    for row in np.flatnonzero(activity["kind"].to_numpy() == "comm"):
-        i = rows[order[row]]
-        a = x[i].args
-        nm = names[activity["name_id"].iat[row]]
-        recs.append((
-            row, normalise_op(a.coll_name if a is not None and isinstance(a.coll_name, str) else nm),
-            a.in_nelems if a is not None and isinstance(a.in_nelems, int) else -1,
-            a.out_nelems if a is not None and isinstance(a.out_nelems, int) else -1,
-            str(a.dtype) if a is not None and a.dtype is not None else "",
-            str(a.pg_name) if a is not None and a.pg_name is not None else "",
-            str(a.pg_desc) if a is not None and a.pg_desc is not None else "",
-            str(a.pg_ranks) if a is not None and a.pg_ranks is not None else "",
-            a.group_size if a is not None and isinstance(a.group_size, int) else -1,
-            peers(i) if nm in ("gloo:send", "gloo:recv") else -1,
-        ))
-    return activity, _collectives_frame(recs, activity), names
-
-
-def _p2p_peers(x, start, names_raw, tids):
-    """Peer rank of a gloo:send/recv span: from the c10d::send/recv_ op just before it on the same thread.
-
-    c10d's dispatch op records its arguments (``Concrete Inputs`` = [tensors, pg, peer, tag]); the gloo span
-    that does the transfer follows it on the same thread.
-    """
-    by_tid: dict[Any, tuple[list[int], list[int]]] = {}
-    for i, nm in enumerate(names_raw):
-        if nm in ("c10d::send", "c10d::recv_", "c10d::recv_any_source_"):
-            a = x[i].args
-            ci = a.concrete_inputs if a is not None else None
-            peer = -1
-            if isinstance(ci, list) and len(ci) > 2:
-                try:
-                    peer = int(ci[2])
-                except (TypeError, ValueError):
-                    peer = -1
-            ts_list, peer_list = by_tid.setdefault(tids[i], ([], []))
-            ts_list.append(int(start[i]))
-            peer_list.append(peer)
-    sorted_by_tid = {}
-    for tid, (ts_list, peer_list) in by_tid.items():
-        order = np.argsort(ts_list, kind="stable")
-        sorted_by_tid[tid] = (np.array(ts_list)[order], np.array(peer_list)[order])
-
-    def peer_of(i: int) -> int:
-        hit = sorted_by_tid.get(tids[i])
-        if hit is None:
-            return -1
-        k = np.searchsorted(hit[0], start[i], side="right") - 1
-        return int(hit[1][k]) if k >= 0 else -1
-
-    return peer_of
-
-
-def _steps(x, start, end, cats, names_raw, bad) -> pd.DataFrame:
-    """ProfilerStep#N windows, preferring the CPU track; a step seen twice spans both."""
-    cpu, gpu = {}, {}
-    for i, nm in enumerate(names_raw):
-        if bad[i] or not nm.startswith("ProfilerStep#"):
-            continue
-        m = _STEP.match(nm)
-        if not m:
-            continue
-        target = gpu if cats[i] == "gpu_user_annotation" else cpu
-        n = int(m.group(1))
-        s, e = target.get(n, (start[i], end[i]))
-        target[n] = (min(s, start[i]), max(e, end[i]))
-    chosen = cpu or gpu
-    rows = sorted((n, s, e) for n, (s, e) in chosen.items())
-    df = pd.DataFrame(rows, columns=["step", "start", "end"])
-    return df.astype({"step": np.int64, "start": np.int64, "end": np.int64})
-
-
-def _annotations(start, end, cats, names_raw, bad) -> pd.DataFrame:
-    rows = [(names_raw[i], start[i], end[i], "gpu" if cats[i] == "gpu_user_annotation" else "cpu")
-            for i, c in enumerate(cats)
-            if c in ("user_annotation", "gpu_user_annotation") and not bad[i]
-            and not names_raw[i].startswith("ProfilerStep#")]
-    df = pd.DataFrame(rows, columns=["name", "start", "end", "track"])
-    return df.astype({"start": np.int64, "end": np.int64})
+def _coll_record(row: int, op: str, a: Optional[_Args], peer: int) -> tuple:
+    """One collectives row from an activity row, its op and the event args (None when it had none)."""
+    if a is None:
+        return (row, op, -1, -1, "", "", "", "", -1, peer)
+    return (
+        row, op,
+        a.in_nelems if isinstance(a.in_nelems, int) else -1,
+        a.out_nelems if isinstance(a.out_nelems, int) else -1,
+        str(a.dtype) if a.dtype is not None else "",
+        str(a.pg_name) if a.pg_name is not None else "",
+        str(a.pg_desc) if a.pg_desc is not None else "",
+        str(a.pg_ranks) if a.pg_ranks is not None else "",
+        a.group_size if isinstance(a.group_size, int) else -1,
+        peer,
+    )

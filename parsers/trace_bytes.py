@@ -5,9 +5,11 @@ post-mortems, so instead of failing we keep every complete event before the cut 
 """
 from __future__ import annotations
 
+import os
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator, Optional
 
 import numpy as np
 
@@ -121,3 +123,132 @@ def salvage_json_prefix(data: bytes) -> tuple[bytes, int]:
     """Close a cut-off trace after its last complete event; returns (valid JSON bytes, bytes kept)."""
     open_at, cut = last_complete_event_end(data)
     return data[:cut] + b"]}", cut
+
+
+class StreamUnsupported(Exception):
+    """The streaming reader met something only the whole-file path reproduces exactly (e.g. corrupt gzip)."""
+
+
+class BlockReader:
+    """Inflated bytes of a trace as a series of blocks, so a parser never holds the whole file.
+
+    Mirrors :func:`read_trace_bytes`: multi-member gzip, a size bound, and a missing gzip end marker recorded
+    in ``gzip_truncated`` / ``gzip_error`` (known once the blocks are exhausted). Corrupt deflate data raises
+    :class:`StreamUnsupported`, because the whole-file reader discards that member's output and a stream
+    cannot take back what it already handed out.
+    """
+
+    def __init__(self, path: str | Path, block_bytes: int = 8 << 20, max_bytes: int = MAX_INFLATED_BYTES):
+        self.path = Path(path)
+        self.block_bytes = max(1, int(block_bytes))
+        self.max_bytes = max_bytes
+        try:
+            self._fh = open(self.path, "rb")
+            self.compressed_bytes = os.fstat(self._fh.fileno()).st_size
+            head = self._fh.read(2)
+        except OSError as exc:
+            raise InputError(self.path, f"cannot read file ({exc.strerror or exc})") from exc
+        if not head:
+            self._fh.close()
+            raise InputError(self.path, "empty file")
+        self._fh.seek(0)
+        self.is_gzip = head == GZIP_MAGIC
+        self.total = 0
+        self.gzip_truncated = False
+        self.gzip_error = ""
+
+    def close(self) -> None:
+        self._fh.close()
+
+    def blocks(self) -> Iterator[bytes]:
+        """Yield the inflated content in blocks of about ``block_bytes``."""
+        try:
+            yield from (self._gzip_blocks() if self.is_gzip else self._plain_blocks())
+        finally:
+            self._fh.close()
+
+    def _count(self, n: int) -> None:
+        self.total += n
+        if self.total > self.max_bytes:
+            raise InputError(self.path, f"inflates to more than {self.max_bytes} bytes; refusing")
+
+    def _plain_blocks(self) -> Iterator[bytes]:
+        while True:
+            try:
+                b = self._fh.read(self.block_bytes)
+            except OSError as exc:
+                raise InputError(self.path, f"cannot read file ({exc.strerror or exc})") from exc
+            if not b:
+                return
+            self._count(len(b))
+            yield b
+
+    def _gzip_blocks(self) -> Iterator[bytes]:
+        fh, step = self._fh, 1 << 20
+        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        data = b""
+        while True:
+            if not data:
+                data = fh.read(step)
+                if not data:  # end of file
+                    if not d.eof:
+                        self.gzip_truncated = True
+                        self.gzip_error = "gzip stream ends before its end marker (file truncated)"
+                        try:
+                            tail = d.flush()
+                        except zlib.error:
+                            tail = b""
+                        if tail:
+                            self._count(len(tail))
+                            yield tail
+                    return
+            try:
+                out = d.decompress(data, self.block_bytes)
+            except zlib.error as exc:
+                raise StreamUnsupported(f"gzip data corrupt ({exc})") from None
+            data = d.unconsumed_tail
+            if out:
+                self._count(len(out))
+                yield out
+            if d.eof:
+                rest = d.unused_data + data
+                while len(rest) < 2:
+                    more = fh.read(step)
+                    if not more:
+                        break
+                    rest += more
+                if not rest.startswith(GZIP_MAGIC):
+                    return  # trailing bytes that are not another member are ignored, as read_trace_bytes does
+                d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                data = rest
+
+
+def scan_array(data, open_at: int, stop: Optional[int] = None) -> tuple[int, int]:
+    """Exact layout of a JSON array that opens at ``data[open_at] == '['`` (strings and nesting respected).
+
+    Looks at ``data[open_at:stop]``. Returns ``(cut, close)``: the offset just past the last complete
+    element that is an object (``open_at + 1`` when none), and the offset of the ``]`` closing the array
+    (-1 when it is not in the region). Vectorised like :func:`last_complete_event_end`.
+    """
+    buf = np.frombuffer(data, dtype=np.uint8)[open_at:stop]
+    quote = buf == ord('"')
+    if quote.any():
+        q_idx = np.flatnonzero(quote)
+        maybe = q_idx[(q_idx > 0) & (buf[np.maximum(q_idx - 1, 0)] == ord("\\"))]
+        for i in maybe:
+            j = i - 1
+            while j >= 0 and buf[j] == ord("\\"):
+                j -= 1
+            if (i - 1 - j) % 2 == 1:
+                quote[i] = False
+    in_string = (np.cumsum(quote, dtype=np.uint8) & 1) == 1  # parity survives uint8 wrap-around
+    opens = ((buf == ord("{")) | (buf == ord("["))) & ~in_string
+    closes = ((buf == ord("}")) | (buf == ord("]"))) & ~in_string
+    depth = np.cumsum(opens.astype(np.int32) - closes.astype(np.int32))
+    closed = np.flatnonzero(closes & (depth == 0))
+    close = int(closed[0]) if closed.size else -1
+    ends = np.flatnonzero(closes & (depth == 1) & (buf == ord("}")))
+    if close >= 0:
+        ends = ends[ends < close]
+    cut = open_at + int(ends[-1]) + 1 if ends.size else open_at + 1
+    return cut, (open_at + close if close >= 0 else -1)
