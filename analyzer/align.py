@@ -181,7 +181,8 @@ def p2p_pair_observations(p2p: pd.DataFrame, domain_of: dict[int, str],
     """Send/recv pairs found without peer labels (NCCL kernels name no peer).
 
     Between two clock domains every true pair has the same end-time difference (the offset between the
-    clocks), whichever two ranks of the domains it joins; false pairings scatter. So for each pair of domains,
+    clocks), whichever two ranks of the domains it joins, and (for one message size) the same transfer time;
+    false pairings scatter in one or the other, and cannot have a member start after their common end. So for each pair of domains,
     pool send_a−recv_b and recv_a−send_b end differences over all their ranks sharing a process group and
     keep the densest window. Returns observations (obs, rank, t) for :func:`estimate`.
     """
@@ -197,7 +198,17 @@ def p2p_pair_observations(p2p: pd.DataFrame, domain_of: dict[int, str],
         # every send × recv of the group on different domains with the same element count
         x = sends[["rank", "dom", "start", "end", "nelems"]].merge(
             recvs[["rank", "dom", "start", "end", "nelems"]], on="nelems", suffixes=("_s", "_r"))
+        # a send/recv that pairs with one on its own clock (same end, both started by then) is taken there
+        same = x[(x["dom_s"] == x["dom_r"]) & (x["rank_s"] != x["rank_r"])
+                 & ((x["end_s"] - x["end_r"]).abs() <= P2P_FINE_NS)
+                 & (np.maximum(x["start_s"], x["start_r"]) <= np.minimum(x["end_s"], x["end_r"]) + P2P_FINE_NS)]
+        taken_s = set(zip(same["rank_s"], same["end_s"]))
+        taken_r = set(zip(same["rank_r"], same["end_r"]))
         x = x[x["dom_s"] != x["dom_r"]]
+        if taken_s or taken_r:
+            ks = pd.Series(list(zip(x["rank_s"], x["end_s"])), index=x.index).isin(taken_s)
+            kr = pd.Series(list(zip(x["rank_r"], x["end_r"])), index=x.index).isin(taken_r)
+            x = x[~ks & ~kr]
         # if the two ended together, both must have started by then (the later arrival starts the transfer)
         shift = x["end_s"].to_numpy() - x["end_r"].to_numpy()
         x = x[np.maximum(x["start_s"].to_numpy(), x["start_r"].to_numpy() + shift) <= x["end_s"].to_numpy() + P2P_FINE_NS]
@@ -210,7 +221,11 @@ def p2p_pair_observations(p2p: pd.DataFrame, domain_of: dict[int, str],
         rb = np.where(flip, x["rank_s"], x["rank_r"])
         ta = np.where(flip, x["end_r"], x["end_s"])
         tb = np.where(flip, x["end_s"], x["end_r"])
-        frame = pd.DataFrame({"da": da, "db": db, "ra": ra, "rb": rb, "ta": ta, "tb": tb})
+        # transfer time if this were a true pair: common end − later start (constant for one size and link)
+        tr = x["end_s"].to_numpy() - np.maximum(x["start_s"].to_numpy(),
+                                                 x["start_r"].to_numpy() + x["end_s"].to_numpy() - x["end_r"].to_numpy())
+        frame = pd.DataFrame({"da": da, "db": db, "ra": ra, "rb": rb, "ta": ta, "tb": tb,
+                              "trbin": np.floor_divide(tr, 2 * P2P_FINE_NS)})
         for key, f in frame.groupby(["da", "db"], sort=False):
             pooled.setdefault(key, []).append(f)
     out, next_obs = [], 0
@@ -220,7 +235,7 @@ def p2p_pair_observations(p2p: pd.DataFrame, domain_of: dict[int, str],
         # the offset is where one pair of ranks has its tightest, biggest cluster (true pairs end together;
         # periodic false ones scatter over many rank pairs); then every pair of the two domains near it counts
         best, centre = 0, 0.0
-        for _, idx in f.groupby(["ra", "rb"], sort=False).indices.items():
+        for _, idx in f.groupby(["ra", "rb", "trbin"], sort=False).indices.items():
             ds = np.sort(d[idx])
             cnt = np.searchsorted(ds, ds + P2P_FINE_NS, side="right") - np.arange(len(ds))
             k = int(np.argmax(cnt))
