@@ -66,7 +66,8 @@ def straggler_info(ctx: Context) -> Optional[dict]:
     s = ctx.cross.get("stragglers") or {}
     rank = s.get("straggler")
     if (ctx.cross.get("alignment") or {}).get("status") == "refused":
-        rank = None  # arrival order on unaligned clocks means nothing (CLOCK001 says so)
+        return None  # arrival order on unaligned clocks means nothing, and traces whose collectives cannot be
+        # matched may not even be one job (CLOCK001 says so)
     rows = {int(r["rank"]): r for r in s.get("per_rank") or [] if r.get("rank") is not None}
     if rank is None:
         comp = _compute_straggler(ctx)

@@ -64,7 +64,8 @@ def low_overlap(ctx: Context) -> Iterator[Finding]:
     a job with TP groups is judged against the TP target. Severity warning when a pure data-parallel job
     hides less than overlap_severe of its communication, info otherwise (with pipeline or expert parallelism
     the blocking P2P / all-to-all time is judged by the PIPE / MOE rules); whole-trace (no ProfilerStep)
-    and CPU-only (gloo: comm spans include the wait for peers) traces give info only.
+    and CPU-only (gloo: comm spans include the wait for peers) traces give info only, and so do trace sets
+    missing ranks of the world (comm time may be waiting for ranks that are not there to see).
     Cost: the exposed comm share (the most that perfect overlap could save).
     """
     cov = num(ctx.summary.get("overlap_coverage"))
@@ -77,7 +78,7 @@ def low_overlap(ctx: Context) -> Iterator[Finding]:
         return
     pipeline = bool((ctx.cross.get("pipeline") or {}).get("detected")) or bool({"pp", "ep"} & ctx.roles())
     severe = not tp and not pipeline and cov < ctx.t("overlap_severe") and not ctx.whole_trace_only() \
-        and not ctx.cpu_only()
+        and not ctx.cpu_only() and not (ctx.report.get("job") or {}).get("missing_ranks")
     low = {r: v for r, v in _rank_values(ctx, "overlap_coverage").items() if v < target}
     g = None if tp else _dp_group(ctx)
     ev = [Evidence(f"overlap coverage {pct(cov)} of communication time (target ≥ {pct(target)} for "

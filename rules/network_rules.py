@@ -189,8 +189,11 @@ def bad_interface(ctx: Context) -> Iterator[Finding]:
             hits.append((iface, n, "carries NCCL data" if data else f"is the {n.get('role')} interface"))
     for e in ctx.nccl.get("env") or []:
         if e.get("name") in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"):
-            for v in str(e.get("value")).lstrip("=").split(","):
-                if v and not v.startswith("^") and BAD_IFACE.match(v.strip()):
+            value = str(e.get("value")).strip()
+            if value.startswith("^"):  # an exclusion list (^lo,docker0) is the cure, not the problem
+                continue
+            for v in value.lstrip("=").split(","):
+                if v and BAD_IFACE.match(v.strip()):
                     hits.append((v.strip(), e, f"is named by {e['name']}"))
     if not hits:
         return
