@@ -179,11 +179,12 @@ def step_spread(ctx: Context) -> Iterator[Finding]:
     In synchronous data parallelism every rank ends up waiting for the slowest one, so the spread is lost
     time on the faster ranks. A spread caused by a straggler is listed under LOAD001. Severity warning when
     the same rank is the slowest in most steps; info when the slowest rank changes (jitter). Cost: the
-    median over steps of (max − median) / max.
+    median over steps of (max − median) / max. Not judged when the clocks could not be aligned (traces
+    whose collectives do not match may come from different jobs).
     """
     rows = _spread_rows(ctx)
-    if not rows:
-        return
+    if not rows or (ctx.cross.get("alignment") or {}).get("status") == "refused":
+        return  # traces whose collectives cannot be matched may not be one job: do not compare them
     spreads = [num(r["spread"]) for r in rows]
     med = median(spreads) or 0.0
     if med <= ctx.t("step_spread_max"):
@@ -273,7 +274,7 @@ def uneven_step(ctx: Context) -> Iterator[Finding]:
     traces are not judged: CPU op durations swing with core contention.
     """
     steps = _steps_by_rank(ctx)
-    if len(steps) < 2 or ctx.cpu_only():
+    if len(steps) < 2 or ctx.cpu_only() or (ctx.cross.get("alignment") or {}).get("status") == "refused":
         return
     f = ctx.t("uneven_compute_frac")
     low: dict[int, list[int]] = {}
