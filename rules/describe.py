@@ -54,6 +54,7 @@ def markdown_table() -> str:
 
 def threshold_table() -> str:
     """Markdown table of every threshold (docs/rules.md)."""
+    sorted_rules()  # registers every rule (and its thresholds)
     lines = ["| threshold | default | unit | meaning |", "|---|---|---|---|"]
     for name in sorted(THRESHOLDS):
         t = THRESHOLDS[name]
