@@ -102,8 +102,8 @@ def estimate(obs: pd.DataFrame, ranks: list[int], domain_of: dict[int, str],
     per_rank = {r: int(off_ns[dcode[domain_of[r]]]) for r in ranks}
     df = pd.DataFrame({"rank": ranks, "domain": [domain_of[r] for r in ranks],
                        "offset_ns": [per_rank[r] for r in ranks]})
-    al = Alignment("ok", f"{len(doms)} clock domains aligned on {int(n_obs.sum() // 2 or n_obs.sum())}+ "
-                   f"matched {what}", ref_rank, df, per_rank)
+    al = Alignment("ok", f"{len(doms)} clock domains aligned on {int(np.unique(obs_id).size)} matched {what} "
+                   f"(reference rank {ref_rank})", ref_rank, df, per_rank)
     _fill_residuals(al, obs, domain_of)
     return al
 

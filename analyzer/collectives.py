@@ -197,7 +197,7 @@ def instance_frame(members: pd.DataFrame, hosts_of: dict[int, str], expected: di
         "kind": first["kind"].to_numpy(),
         "seq": first["seq"].to_numpy(),
         "src": first["src"].to_numpy(), "dst": first["dst"].to_numpy(),
-        "op": g["op"].agg(lambda s: s.mode().iat[0]).to_numpy(),
+        "op": first["op"].to_numpy(),
         "op_consistent": (g["op"].nunique() == 1).to_numpy(),
         "dtype": first["dtype"].to_numpy(),
         "nelems": g["nelems"].max().to_numpy(),
@@ -223,8 +223,6 @@ def instance_frame(members: pd.DataFrame, hosts_of: dict[int, str], expected: di
     inst["total_wait_ns"] = m.groupby("iid")["wait_ns"].sum().reindex(inst["instance"]).to_numpy()
     size = np.array([dtype_size(d) for d in inst["dtype"]], dtype=np.int64)
     nbytes = np.where((size > 0) & (inst["nelems"].to_numpy() >= 0), inst["nelems"].to_numpy() * size, -1)
-    if "alltoall_total" in first:
-        pass
     inst["bytes"] = nbytes
     with np.errstate(divide="ignore", invalid="ignore"):
         algbw = np.where((nbytes > 0) & (inst["transfer_ns"] > 0), nbytes / inst["transfer_ns"].to_numpy(), np.nan)
@@ -241,3 +239,15 @@ def instance_frame(members: pd.DataFrame, hosts_of: dict[int, str], expected: di
         inst["n_hosts"] = np.nan
         inst["crossed_hosts"] = None
     return inst, m
+
+
+def instance_table(job: Any, gpus_per_node: Optional[int] = None) -> pd.DataFrame:
+    """One row per collective instance / send-recv pair on the aligned clock (for plots; see docs/cross-rank.md)."""
+    from analyzer.cross_rank import analyse
+    return analyse(job, gpus_per_node).instances
+
+
+def member_table(job: Any, gpus_per_node: Optional[int] = None) -> pd.DataFrame:
+    """One row per (instance, rank): aligned start/end, wait and duration."""
+    from analyzer.cross_rank import analyse
+    return analyse(job, gpus_per_node).members
