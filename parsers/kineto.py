@@ -35,7 +35,7 @@ _RANK_IN_NAME = re.compile(r"(?:^|[^a-z])(?:rank|worker)[-_]?(\d+)", re.IGNORECA
 _COMM_CPU_SPAN = re.compile(r"^(gloo:|nccl:|c10d::|symm_mem::)")
 
 
-class _Args(msgspec.Struct):
+class _Args(msgspec.Struct, gc=False):
     """The handful of event args the analysis reads; everything else is skipped by the decoder."""
 
     stream: Any = None
@@ -54,7 +54,7 @@ class _Args(msgspec.Struct):
     concrete_inputs: Any = msgspec.field(default=None, name="Concrete Inputs")  # c10d::send/recv_: peer rank
 
 
-class _Event(msgspec.Struct):
+class _Event(msgspec.Struct, gc=False):
     ph: Any = None
     cat: Any = None
     name: Any = None
@@ -101,7 +101,7 @@ class KinetoTrace:
 
 
 #: Decoded size of one slice of ``traceEvents`` (bytes). Bounds the transient event objects per worker.
-CHUNK_BYTES = 8 << 20
+CHUNK_BYTES = 2 << 20
 
 _CHUNK_DECODER = msgspec.json.Decoder(list[_Event])
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
@@ -561,7 +561,10 @@ class _Collector:
             fl = flags.get(nm)
             if fl is None:
                 fl = flags[nm] = _name_flags(nm)
-            if not cls and not fl & _KEEP_ANY_CAT:
+            if not fl:
+                if not cls or (cls == _C_CPU and not keep_cpu):
+                    continue  # python_function, flows, ...; CPU ops of a GPU trace
+            elif not cls and not fl & _KEEP_ANY_CAT:
                 continue
             d = e.dur
             if d.__class__ is not float:
@@ -571,6 +574,7 @@ class _Collector:
             if cls == _C_GPU:
                 if not bad:
                     has_gpu = True
+                    keep_cpu = False  # a GPU trace: CPU operators are not activity (dropped below)
                     c = name_code.get(nm)
                     if c is None:
                         c = self._name(nm)
