@@ -22,7 +22,7 @@ class Evidence:
 
 @dataclass
 class Subject:
-    """What a finding is about: ranks, process group, step, collective ({op, seq})."""
+    """What a finding is about: ranks, process group, step, collective ({op, seq}; JSON: 'op#seq' plus op, seq)."""
 
     ranks: list[int] = field(default_factory=list)
     process_group: Optional[str] = None
@@ -30,8 +30,14 @@ class Subject:
     collective: Optional[dict] = None
 
     def to_dict(self) -> dict:
+        """JSON form: `collective` as text ('allreduce#5'), with its `op` and `seq` as their own keys."""
+        c = self.collective or {}
+        op, seq = c.get("op"), c.get("seq")
+        text = None
+        if op or seq is not None:
+            text = f"{op or ''}{'#' + str(seq) if seq is not None else ''}"
         return {"ranks": [int(r) for r in self.ranks], "process_group": self.process_group,
-                "step": self.step, "collective": self.collective}
+                "step": self.step, "collective": text, "op": op, "seq": seq}
 
 
 @dataclass

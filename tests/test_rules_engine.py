@@ -120,6 +120,13 @@ def _f(id, sev, cost=None, conf=0.5, ranks=(), pg=None, involved=()):
                    subject=Subject(ranks=list(ranks), process_group=pg), involved=set(involved))
 
 
+def test_subject_json_form():
+    s = Subject(ranks=[3], process_group="0", collective={"op": "allreduce", "seq": 5}).to_dict()
+    assert s == {"ranks": [3], "process_group": "0", "step": None, "collective": "allreduce#5", "op": "allreduce",
+                 "seq": 5}
+    assert Subject().to_dict()["collective"] is None
+
+
 def test_merge_duplicates_keeps_one_with_all_evidence():
     a = _f("NET004", "warning", cost=0.1, ranks=[1], pg="3")
     a.evidence = [Evidence("x")]
