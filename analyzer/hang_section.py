@@ -25,9 +25,10 @@ def rank_stderr_files(job: Job) -> dict[int, str]:
 
 
 def hang_section(job: Job) -> dict[str, Any]:
-    """Diagnoses (root cause first) and per-group progress, from FR dumps and NCCL/watchdog logs; {} without them."""
+    """Diagnoses (root cause first) and per-group progress, from FR dumps and NCCL/watchdog logs."""
     if not job.fr_dumps and not job.nccl_logs:
-        return {}
+        return {"status": "no_hang_evidence", "diagnoses": [], "groups": [], "warnings": [],
+                "message": "no NCCL logs or Flight Recorder dumps among the inputs"}
     rep = analyze_hang(job.fr_dumps, job.nccl_logs, world_size=job.world_size, rank_logs=rank_stderr_files(job))
     diagnoses = []
     for d in rep.diagnoses:
