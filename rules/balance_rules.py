@@ -248,7 +248,8 @@ def host_stall(ctx: Context) -> Iterator[Finding]:
     worst = max(bad, key=bad.get)
     g = group_for_rank(ctx.groups(), worst) if some else None
     late = host or (s is not None and s["rank"] in bad)
-    yield Finding(title=f"GPU idle {pct(bad[worst])} of step time on {ranks_text(bad)}: the host does not keep it busy"
+    amount = pct(bad[worst]) if len(bad) == 1 else f"up to {pct(bad[worst])} (mean {pct(sum(bad.values()) / len(bad))})"
+    yield Finding(title=f"GPU idle {amount} of step time on {ranks_text(bad)}: the host does not keep it busy"
                         + (" (data loader / CPU stall)" if some else ""),
                   severity="info" if whole else "warning", confidence=0.85 if (host or some) else 0.6,
                   evidence=ev, cost=sum(bad.values()) / len(bad),
