@@ -69,8 +69,8 @@ class RankWriter:
         self.rank, self.world = rank, world
         self.rng = random.Random(seed * 100003 + rank)
         self.pid, self.tid, self.dev = 1000 + rank, 1000 + rank, rank % 8
-        self.ext = 1
-        self.corr = 1
+        self.ext = 1_000_000  # real ids are process-wide counters, far past int16 (HTA downcasts columns)
+        self.corr = 2_000_000
         self.t = 1000.0 + self.rng.random() * 50  # µs since baseTimeNanoseconds
         self.gpu_t = self.t
 

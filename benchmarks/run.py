@@ -35,7 +35,9 @@ QUICK_SIM_SETS = {"sim-8x20": (8, 20, False), "sim-32x5": (32, 5, True)}
 
 
 def trace_files(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.rglob("*") if p.is_file() and p.name.endswith((".json", ".json.gz")))
+    """The trace files of a set (the simulator's expected.json answer key is not a trace)."""
+    return sorted(p for p in folder.rglob("*") if p.is_file() and p.name.endswith((".json", ".json.gz"))
+                  and p.name != "expected.json")
 
 
 def inflated_size(p: Path) -> int:
@@ -105,7 +107,11 @@ def bench_set(name: str, folder: Path, repeat: int, hta: bool, hta_repeat: int) 
     res["analyze_default"] = measure(analyze, repeat)
     res["orjson_floor"] = measure([PY, str(ROOT / "benchmarks/floor.py"), *map(str, files)], repeat)
     if hta:
-        res["hta"] = measure([str(HTA_PY), str(ROOT / "benchmarks/hta_run.py"), str(folder)], hta_repeat)
+        try:
+            res["hta"] = measure([str(HTA_PY), str(ROOT / "benchmarks/hta_run.py"), str(folder)], hta_repeat)
+        except RuntimeError as exc:
+            res["hta_error"] = str(exc)[-300:]
+            print(f"  HTA failed: {res['hta_error']}", flush=True)
     a, f = res["analyze_jobs1"], res["orjson_floor"]
     res["ratio_vs_floor"] = a["wall_s"] / f["wall_s"]
     res["rss_per_largest_rank"] = a["max_rss_mb"] / (res["largest_rank_mb"] / 1.048576)
@@ -134,7 +140,9 @@ def main(argv=None) -> int:
     p.add_argument("--repeat", type=int, default=3, help="runs per measurement; the median is reported")
     p.add_argument("--sets", help="comma-separated set names (default: all)")
     p.add_argument("--no-hta", action="store_true")
+    p.add_argument("--repeat-large", type=int, default=2, help="runs per measurement on sets over 1 GB")
     p.add_argument("--hta-max-mb", type=float, default=2000, help="skip HTA on sets larger than this (inflated)")
+    p.add_argument("--hta-max-ranks", type=int, default=64, help="skip HTA on sets with more ranks")
     p.add_argument("--out", default=str(DATA / "results.json"))
     a = p.parse_args(argv)
     hta = not a.no_hta and hta_available()
@@ -151,8 +159,13 @@ def main(argv=None) -> int:
         sets = {k: v for k, v in sets.items() if k in a.sets.split(",") or k.split(" ")[0] in a.sets.split(",")}
     results = []
     for name, folder in sets.items():
-        big = sum(inflated_size(f) for f in trace_files(folder)) / 1e6 > a.hta_max_mb
-        results.append(bench_set(name, folder, a.repeat, hta and not big, 1 if big or a.quick else a.repeat))
+        files = trace_files(folder)
+        mb = sum(inflated_size(f) for f in files) / 1e6
+        run_hta = hta and mb <= a.hta_max_mb and len(files) <= a.hta_max_ranks
+        if hta and not run_hta:
+            print(f"{name}: HTA skipped (over --hta-max-mb {a.hta_max_mb:.0f} or --hta-max-ranks {a.hta_max_ranks})")
+        rep = a.repeat_large if mb > 1000 else a.repeat
+        results.append(bench_set(name, folder, rep, run_hta, 1 if mb > 200 else rep))
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps({"cores": os.cpu_count(), "load_end": os.getloadavg(),
                                        "results": results}, indent=1))
