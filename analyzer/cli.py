@@ -162,7 +162,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     for fmt, path in _targets(args):
         color = path is None and fmt == "text" and use_color(args.color, sys.stdout)
         text = render(fmt, report, job, args.fail_on, color)
-        if path is None:
+        if path is None or path == "-":  # "-" is stdout, as in every Unix tool
             sys.stdout.write(text)
             continue
         try:

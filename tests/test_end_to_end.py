@@ -38,3 +38,11 @@ def test_no_readable_input_exits_2(tmp_path, capsys):
     (tmp_path / "a.txt").write_text("nothing here\n")
     assert main([str(tmp_path)]) == 2
     assert "no input could be read" in capsys.readouterr().err
+
+
+def test_dash_means_stdout(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    main([str(ROOT / "fixtures/sim/ddp_slow_link"), "--format", "github", "-o", "-", "-q"])
+    out = capsys.readouterr().out
+    assert out.startswith("::") and "NET004" in out
+    assert not (tmp_path / "-").exists()
