@@ -157,6 +157,11 @@ def main(argv: Optional[list[str]] = None) -> int:
             print(f"analyze: error: {exc}", file=sys.stderr)
             return EXIT_USAGE
         apply_baseline(report, base, args.baseline, thresholds)
+        cfg = options.rule_config
+        if cfg is not None and hasattr(cfg, "enabled"):  # --select / --ignore cover the BASE rules too
+            from analyzer.analysis import verdict
+            report["findings"] = [f for f in report["findings"] if cfg.enabled(str(f.get("id", "")))]
+            report["verdict"] = verdict(report["findings"])
 
     code = EXIT_OK
     for fmt, path in _targets(args):

@@ -46,3 +46,13 @@ def test_dash_means_stdout(tmp_path, capsys, monkeypatch):
     out = capsys.readouterr().out
     assert out.startswith("::") and "NET004" in out
     assert not (tmp_path / "-").exists()
+
+
+def test_baseline_rules_are_registered_and_ignorable(capsys):
+    from rules.registry import load_all
+    assert {"BASE001", "BASE002", "BASE003"} <= set(load_all())
+    args = [str(ROOT / "fixtures/sim/ddp_slow_link"), "--baseline", str(ROOT / "fixtures/sim/ddp_clean"), "-q",
+            "--format", "json"]
+    assert main(args) == 1
+    assert main(args + ["--ignore", "BASE001"]) == 0
+    capsys.readouterr()
