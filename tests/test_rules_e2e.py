@@ -46,11 +46,11 @@ def scenarios(with_faults: bool) -> list[str]:
 
 
 def _need_sections(rep: dict, kind: str) -> None:
-    """Skip when run_analysis does not yet build the section this fault's evidence lives in."""
-    if kind in HANG_KINDS and not rep.get("hang"):
-        pytest.skip("run_analysis does not build the `hang` section yet")
-    if kind in ("nccl_socket", "nccl_wrong_interface") and not rep.get("nccl"):
-        pytest.skip("run_analysis does not build the `nccl` section yet (analyzer.nccl_section.nccl_section)")
+    """The section this fault's evidence lives in must be in the report (a missing one is a regression)."""
+    if kind in HANG_KINDS:
+        assert rep.get("hang", {}).get("status") == "hang", "run_analysis built no hang diagnosis"
+    if kind in ("nccl_socket", "nccl_wrong_interface"):
+        assert rep.get("nccl"), "run_analysis built no `nccl` section"
 
 
 @pytest.mark.parametrize("name", scenarios(True))
@@ -117,8 +117,7 @@ def test_real_cpu_straggler_is_found():
 def test_real_cpu_hangs(name):
     exp = json.loads((ROOT / "fixtures/real-cpu-hang" / name / "expected.json").read_text())["faults"][0]
     rep = report(f"fixtures/real-cpu-hang/{name}")
-    if not rep.get("hang"):
-        pytest.skip("run_analysis does not build the `hang` section yet")
+    assert rep["hang"]["status"] == "hang"
     f = rep["findings"][0]
     want = {"crashed_rank": "HANG002", **HANG_KINDS}[exp["kind"]]
     assert (f["id"], f["subject"]["ranks"], f["subject"]["process_group"], f["subject"]["seq"]) == \
