@@ -134,6 +134,25 @@ def summary_line(r: dict) -> str:
     return s
 
 
+def markdown(results: list[dict]) -> str:
+    """The results as the Markdown table of docs/performance.md."""
+    out = ["| set | ranks | inflated MB (largest rank) | analyze --jobs 1: s / max RSS MB | analyze, default jobs: "
+           "s / tree RSS MB | orjson floor: s / max RSS MB | ratio to floor (jobs 1) | RSS / largest rank "
+           "(jobs 1) | HTA: s / max, tree RSS MB | HTA ÷ analyze (jobs 1 / default) |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        a1, ad, f = r["analyze_jobs1"], r["analyze_default"], r["orjson_floor"]
+        h = r.get("hta")
+        hta = (f"{h['wall_s']:.1f} / {h['max_rss_mb']:.0f}, {h['tree_rss_mb']:.0f}" if h else
+               ("failed" if "hta_error" in r else "not run"))
+        sp = f"{r['hta_speedup_jobs1']:.1f}× / {r['hta_speedup_default']:.1f}×" if h else "–"
+        out.append(f"| {r['set']} | {r['ranks']} | {r['inflated_mb']:.0f} ({r['largest_rank_mb']:.1f}) | "
+                   f"{a1['wall_s']:.2f} / {a1['max_rss_mb']:.0f} | {ad['wall_s']:.2f} / {ad['tree_rss_mb']:.0f} | "
+                   f"{f['wall_s']:.2f} / {f['max_rss_mb']:.0f} | {r['ratio_vs_floor']:.2f} | "
+                   f"{r['rss_per_largest_rank']:.2f} | {hta} | {sp} |")
+    return "\n".join(out)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="small simulated jobs only (minutes, not tens)")
@@ -144,7 +163,11 @@ def main(argv=None) -> int:
     p.add_argument("--hta-max-mb", type=float, default=2000, help="skip HTA on sets larger than this (inflated)")
     p.add_argument("--hta-max-ranks", type=int, default=64, help="skip HTA on sets with more ranks")
     p.add_argument("--out", default=str(DATA / "results.json"))
+    p.add_argument("--report", metavar="RESULTS_JSON", help="only print the Markdown table of saved results")
     a = p.parse_args(argv)
+    if a.report:
+        print(markdown(json.loads(Path(a.report).read_text())["results"]))
+        return 0
     hta = not a.no_hta and hta_available()
     if not a.no_hta and not hta:
         print(f"HTA skipped: {HTA_PY} with holistictraceanalysis not found "
@@ -172,6 +195,8 @@ def main(argv=None) -> int:
     print(f"\nresults written to {a.out}")
     for r in results:
         print(f"{r['set']}: {summary_line(r)}")
+    print()
+    print(markdown(results))
     return 0
 
 
