@@ -126,6 +126,8 @@ def load_trace(path: str | Path, chunk_bytes: int = CHUNK_BYTES) -> KinetoTrace:
         col, doc, salvage = _stream(path, chunk_bytes)
     except _Fallback:
         col, doc, salvage = _whole(path)
+    if salvage is not None and salvage["events_recovered"] == 0:
+        raise InputError(path, f"truncated before the first complete event ({salvage['reason']})")
     if salvage is not None:
         warnings.append(
             f"{path}: truncated trace salvaged: kept {salvage['events_recovered']} complete events "
