@@ -1,15 +1,13 @@
 """The report's `hang` section: the hang post-mortem (analyzer/hang.py) as a JSON-ready dict."""
 from __future__ import annotations
 
-import re
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from analyzer.hang import analyze_hang
 from analyzer.job import Job
-
-_RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
+from parsers.kineto import rank_from_file_name
 
 
 def rank_stderr_files(job: Job) -> dict[int, str]:
@@ -18,9 +16,9 @@ def rank_stderr_files(job: Job) -> dict[int, str]:
     for f in job.files:
         if f.kind != "nccl_log" and not Path(f.path).suffix.lower() in (".log", ".err", ".txt", ".out"):
             continue
-        m = _RANK_IN_NAME.findall(Path(f.path).name)
-        if m and f.status != "failed":
-            out.setdefault(int(m[-1]), f.path)
+        rank = rank_from_file_name(f.path)
+        if rank is not None and f.status != "failed":
+            out.setdefault(rank, f.path)
     return out
 
 

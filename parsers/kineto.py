@@ -427,7 +427,9 @@ def _to_ns(ts: np.ndarray) -> np.ndarray:
     return whole.astype(np.int64) * 1000 + np.rint((ts - whole) * 1000).astype(np.int64)
 
 
-def _rank_from_name(path: Path) -> Optional[int]:
+def rank_from_file_name(path: str | Path) -> Optional[int]:
+    """The rank a file name carries (`rank-3`, `rank3`, `worker3`, `_rank3`), the last one if several; else None."""
+    path = Path(path)
     m = _RANK_IN_NAME.findall(path.name)
     return int(m[-1]) if m else None
 
@@ -670,7 +672,7 @@ class _Collector:
         if isinstance(dist.get("rank"), int):
             rank, rank_source = dist["rank"], "distributedInfo"
         else:
-            rank = _rank_from_name(path)
+            rank = rank_from_file_name(path)
             if rank is not None:
                 rank_source = "filename"
         world = dist.get("world_size") if isinstance(dist.get("world_size"), int) else None
