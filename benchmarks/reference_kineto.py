@@ -303,9 +303,9 @@ def _gpu_activity(x, gpu_idx, runtime_idx, start, end, cats, names_raw):
         "kind": pd.Categorical.from_codes(kind, KINDS), "name_id": name_id,
         "correlation": corr, "launch_start": launch_start,
     })
-    activity.sort_values(["start", "end"], inplace=True, kind="stable")
+    activity = activity.sort_values(["start", "end"], kind="stable")
     order = activity.index.to_numpy()
-    activity.reset_index(drop=True, inplace=True)
+    activity = activity.reset_index(drop=True)
 
     # Collective metadata per comm activity.
     comm_rows = np.flatnonzero(activity["kind"].to_numpy() == "comm")
@@ -415,9 +415,9 @@ def _cpu_activity(x, start, end, cats, names_raw, events):
         "correlation": np.full(len(rows), -1, np.int64),
         "launch_start": np.full(len(rows), -1, np.int64),
     })
-    activity.sort_values(["start", "end"], inplace=True, kind="stable")
+    activity = activity.sort_values(["start", "end"], kind="stable")
     order = activity.index.to_numpy()
-    activity.reset_index(drop=True, inplace=True)
+    activity = activity.reset_index(drop=True)
     peers = _p2p_peers(x, start, names_raw, tids)
     recs = []
     for row in np.flatnonzero(activity["kind"].to_numpy() == "comm"):
