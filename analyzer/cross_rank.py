@@ -47,7 +47,14 @@ def _empty_members() -> pd.DataFrame:
 
 
 def analyse(job: Job, gpus_per_node: Optional[int] = None) -> CrossRank:
-    """Match, align and time every collective instance of the job."""
+    """Match, align and time every collective instance of the job (computed once per job and host source)."""
+    key = ("cross_rank", gpus_per_node)
+    if key not in job.cache:
+        job.cache[key] = _analyse(job, gpus_per_node)
+    return job.cache[key]
+
+
+def _analyse(job: Job, gpus_per_node: Optional[int]) -> CrossRank:
     hosts = resolve_hosts(job, gpus_per_node)
     ranks = job.ranks
     domain_of = {r: (hosts.host(r) if hosts.known else f"rank{r}") for r in ranks}

@@ -41,6 +41,8 @@ class Job:
     world_size: Optional[int] = None
     missing_ranks: list[int] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    #: results of expensive analyses of this job, computed once (e.g. the cross-rank matching for the report and its plots)
+    cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def ranks(self) -> list[int]:

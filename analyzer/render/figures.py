@@ -60,7 +60,7 @@ def timeline(job: Any, report: dict, step: int, title: str, link: bool = True) -
         inst = inst[inst["rank"].isin(list(wins))] if not inst.empty else inst
         if not inst.empty:
             n = 0
-            for _, grp in inst.groupby(["key", "k"]):
+            for _, grp in inst.groupby("iid"):
                 if len(grp) < 2 or n >= 400:
                     continue
                 grp = grp.sort_values("rank")
@@ -144,8 +144,7 @@ def share_bars(report: dict) -> Optional[bytes]:
 def wait_matrix(job: Any, report: dict) -> Optional[bytes]:
     """Which rank waited for which: µs each rank (row) waited in collectives where another rank (column) came last."""
     ranks = sorted(job.traces)[:MAX_RANKS]
-    inst = td.instances(job, report)
-    w = td.wait_matrix(inst, ranks)
+    w = td.wait_matrix(job, report, ranks)
     if not w.any():
         return None
     n = len(ranks)
@@ -165,7 +164,7 @@ def wait_matrix(job: Any, report: dict) -> Optional[bytes]:
 def bandwidth(job: Any, report: dict) -> Optional[bytes]:
     """Bus bandwidth per collective size (per instance when sizes are known, else per group/op) vs link class."""
     by_group = ((report.get("cross_rank") or {}).get("collectives") or {}).get("by_group_op") or []
-    pts = td.bandwidth_points(td.instances(job, report)) if job is not None else pd.DataFrame()
+    pts = td.bandwidth_points(job, report) if job is not None else pd.DataFrame()
     if pts.empty:
         pts = pd.DataFrame([{"op": g.get("op"), "bytes": g.get("bytes"), "busbw_gbps": g.get("mean_busbw_gbps")}
                             for g in by_group if g.get("bytes") and g.get("mean_busbw_gbps")])
