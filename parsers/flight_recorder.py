@@ -11,6 +11,7 @@ import numpy as np
 import orjson
 import pandas as pd
 
+from parsers.collective_names import normalise_op as canonical_op
 from parsers.errors import InputError
 from parsers.safe_unpickle import MAX_PICKLE_BYTES, UnsafePickleError, safe_loads, salvage_loads
 
@@ -22,15 +23,6 @@ ENTRY_COLUMNS = [
 INT_COLUMNS = ["record_id", "collective_seq_id", "p2p_seq_id", "op_id", "peer", "input_numel", "output_numel",
                "time_created_ns", "time_started_ns", "time_completed_ns", "timeout_ms"]
 
-_OP_ALIASES = {
-    "allreduce": "allreduce", "allreducecoalesced": "allreduce", "allgather": "allgather",
-    "allgatherbase": "allgather", "allgatherintotensorcoalesced": "allgather", "allgathercoalesced": "allgather",
-    "allgatherintotensor": "allgather", "reducescatter": "reducescatter", "reducescatterbase": "reducescatter",
-    "reducescattertensorcoalesced": "reducescatter", "reducescattertensor": "reducescatter",
-    "alltoall": "alltoall", "alltoallbase": "alltoall", "alltoallv": "alltoall", "broadcast": "broadcast",
-    "reduce": "reduce", "send": "send", "recv": "recv", "recvanysource": "recv", "barrier": "barrier",
-    "coalesced": "coalesced", "gather": "gather", "scatter": "scatter", "sendrecv": "sendrecv",
-}
 _PEER = re.compile(r"(\d+)\s*(->|<-)\s*(\d+)")
 _RANK_SUFFIX = re.compile(r"(\d+)(?:\.(?:json|pkl|pickle|bin))?$")
 _TORCH_FRAME = re.compile(r"(?:^|[/\\])(?:torch|site-packages|dist-packages)[/\\]|^<frozen |^<string>")
@@ -58,8 +50,9 @@ def normalise_op(profiling_name: str) -> tuple[str, int]:
     peer = -1
     m = _PEER.search(base)
     word = base.split()[0] if base.split() else ""
-    key = re.sub(r"[^a-z]", "", word.lower())
-    op = _OP_ALIASES.get(key, key or "unknown")
+    op = canonical_op(word)
+    if op == "unknown":  # keep an unfamiliar name distinct, so two different unknown ops still mismatch
+        op = re.sub(r"[^a-z]", "", word.lower()) or "unknown"
     if m and op in ("send", "recv"):
         peer = int(m.group(3))  # "send 1->2": peer 2; "recv 3<-0": peer 0
     return op, peer
