@@ -185,10 +185,28 @@ def _first_positions(job: Job, cr: CrossRank) -> dict:
     return df.groupby("process_group")["pos"].median().dropna().to_dict()
 
 
+_NETWORK_LINK = {"socket": "socket", "ib": "ib"}
+
+
+def _inter_node_link(job: Job) -> str:
+    """Link class between nodes: the network NCCL's logs say it selected (Socket / IB), else InfiniBand assumed."""
+    if "inter_node_link" not in job.cache:
+        chosen = set()
+        for log in job.nccl_logs:
+            net = getattr(log, "networks", None)
+            if net is not None and len(net) and "role" in net.columns:
+                chosen |= {str(n).lower() for n in net.loc[net["role"] == "selected", "network"]}
+        links = {_NETWORK_LINK.get(n, "ib") for n in chosen}
+        job.cache["inter_node_link"] = "socket" if "socket" in links else "ib"
+    return job.cache["inter_node_link"]
+
+
 def _link_class(job: Job, span: str) -> str:
     if any(t.device_type == "cpu" for t in job.traces.values()):
         return "socket"
-    return {"intra_node": "nvlink", "inter_node": "ib"}.get(span, "unknown")
+    if span == "inter_node":
+        return _inter_node_link(job)
+    return {"intra_node": "nvlink"}.get(span, "unknown")
 
 
 def cross_rank_section(job: Job, gpus_per_node: Optional[int] = None) -> dict:

@@ -95,3 +95,15 @@ def test_gloo_sends_pair_with_recvs_in_order():
     assert (p2p["n_members"] == 2).all()
     # 24 transfers each way per neighbour pair: 8 micro-batches × 3 steps
     assert p2p.groupby(["src", "dst"]).size().eq(24).all()
+
+
+def test_inter_node_link_class_comes_from_the_nccl_logs():
+    """NCCL logs that select the Socket network make inter-node groups 'socket'; without logs IB is assumed."""
+    from analyzer.analysis import run_analysis
+    from analyzer.job import load_job
+    root = Path(__file__).resolve().parent.parent / "fixtures/sim"
+    sock = run_analysis(load_job([root / "nccl_socket"], jobs=1))["cross_rank"]["collectives"]["by_group_op"]
+    traces_only = sorted((root / "nccl_socket").glob("rank*.pt.trace.json.gz"))
+    assumed = run_analysis(load_job(traces_only, jobs=1))["cross_rank"]["collectives"]["by_group_op"]
+    assert {g["link_class"] for g in sock} == {"socket"}
+    assert {g["link_class"] for g in assumed} == {"ib"}
