@@ -14,7 +14,7 @@ def rank_stderr_files(job: Job) -> dict[int, str]:
     """Per-rank log files named like `stderr_rank3.log` / `rank3.err`: their last lines are a crash's evidence."""
     out: dict[int, str] = {}
     for f in job.files:
-        if f.kind != "nccl_log" and not Path(f.path).suffix.lower() in (".log", ".err", ".txt", ".out"):
+        if f.kind != "nccl_log" and Path(f.path).suffix.lower() not in (".log", ".err", ".txt", ".out", ".stderr", ".stdout"):
             continue
         rank = rank_from_file_name(f.path)
         if rank is not None and f.status != "failed":

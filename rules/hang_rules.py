@@ -44,7 +44,11 @@ def _diag_finding(d: dict) -> Finding:
         if isinstance(vals, dict) and len(set(map(str, vals.values()))) > 1:
             ev.append(Evidence(f"{label} per rank: " + ", ".join(f"{r}: {v}" for r, v in sorted(
                 vals.items(), key=lambda kv: int(kv[0])))))
-    for e in (d.get("evidence") or [])[:8]:
+    def culprit_first(e: object) -> int:
+        text = str(e.get("text", "")) if isinstance(e, dict) else str(e[2]) if isinstance(e, (list, tuple)) else ""
+        return 0 if any(text.startswith(f"rank {r} ") for r in culprits) else 1
+
+    for e in sorted(d.get("evidence") or [], key=culprit_first)[:8]:
         if isinstance(e, dict):
             ev.append(Evidence(str(e.get("text", "")), e.get("file"), e.get("line")))
         elif isinstance(e, (list, tuple)) and len(e) == 3:

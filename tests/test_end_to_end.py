@@ -56,3 +56,14 @@ def test_baseline_rules_are_registered_and_ignorable(capsys):
     assert main(args) == 1
     assert main(args + ["--ignore", "BASE001"]) == 0
     capsys.readouterr()
+
+
+def test_crashed_rank_evidence_quotes_its_own_stderr(capsys):
+    """Real gloo hang where rank 1 aborted without a dump: its stderr's last lines lead the evidence."""
+    main([str(ROOT / "fixtures/real-cpu-hang/size_mismatch_abort"), "-q"])
+    out = capsys.readouterr().out
+    assert out.startswith("analyze ") and "no profiler traces; 2 Flight Recorder dump(s)" in out.splitlines()[0]
+    lines = out.splitlines()
+    first = next(i for i, ln in enumerate(lines) if ln.startswith(" 1. ERROR HANG002 Rank 1 crashed"))
+    evidence = "\n".join(lines[first + 1:first + 5])
+    assert "Received data size doesn't match" in evidence and "rank1.stderr:2" in evidence
