@@ -95,28 +95,8 @@ def last_complete_event_end(data: bytes, array_key: bytes = b'"traceEvents"') ->
     open_at = data.find(b"[", key + len(array_key))
     if open_at < 0:
         raise ValueError("traceEvents array never opens")
-    buf = np.frombuffer(data, dtype=np.uint8, offset=open_at)
-    quote = buf == ord('"')
-    if quote.any():
-        # A quote preceded by an odd run of backslashes is escaped. Runs of backslashes are rare, so a
-        # quote whose predecessor is a backslash is checked exactly in Python.
-        q_idx = np.flatnonzero(quote)
-        maybe = q_idx[(q_idx > 0) & (buf[np.maximum(q_idx - 1, 0)] == ord("\\"))]
-        for i in maybe:
-            j = i - 1
-            while j >= 0 and buf[j] == ord("\\"):
-                j -= 1
-            if (i - 1 - j) % 2 == 1:
-                quote[i] = False
-    in_string = (np.cumsum(quote) % 2) == 1
-    opens = ((buf == ord("{")) | (buf == ord("["))) & ~in_string
-    closes = ((buf == ord("}")) | (buf == ord("]"))) & ~in_string
-    depth = np.cumsum(opens.astype(np.int32) - closes.astype(np.int32))
-    # An element of the array closes where a '}' brings the depth back to 1 (the array itself).
-    ends = np.flatnonzero(closes & (depth == 1) & (buf == ord("}")))
-    if ends.size == 0:
-        return open_at, open_at + 1
-    return open_at, open_at + int(ends[-1]) + 1
+    cut, _ = scan_array(data, open_at)
+    return open_at, cut
 
 
 def salvage_json_prefix(data: bytes) -> tuple[bytes, int]:
@@ -228,7 +208,7 @@ def scan_array(data, open_at: int, stop: Optional[int] = None) -> tuple[int, int
 
     Looks at ``data[open_at:stop]``. Returns ``(cut, close)``: the offset just past the last complete
     element that is an object (``open_at + 1`` when none), and the offset of the ``]`` closing the array
-    (-1 when it is not in the region). Vectorised like :func:`last_complete_event_end`.
+    (-1 when it is not in the region). Vectorised: string state and nesting depth come from cumulative sums.
     """
     buf = np.frombuffer(data, dtype=np.uint8)[open_at:stop]
     quote = buf == ord('"')
