@@ -6,7 +6,12 @@ lives in one small place (see shared reference nccl-log-formats.md §1).
 from __future__ import annotations
 
 import re
+from contextvars import ContextVar
 from dataclasses import dataclass
+
+_I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
+# Raw texts of integers rejected by `int64` during the parse in progress (None outside a parse).
+_REJECTED: ContextVar[list[str] | None] = ContextVar("nccl_rejected_ints", default=None)
 
 # Lazy `launcher` absorbs any wrapper (MPI tags, srun labels, Ray, timestamps, glued fragments).
 NCCL_LINE = re.compile(
@@ -49,6 +54,36 @@ class LauncherTag:
 NO_TAG = LauncherTag("none", -1, -1, "")
 
 
+def int64(text: str | None, base: int = 10) -> int:
+    """Integer of a log field when it fits an int64 column; else -1 (the columns' "unknown"), noting the reject.
+
+    Every integer taken from a log line goes through here, so one absurd value (a 22-digit count, a garbled
+    opCount) costs that value only, not the whole file. An absent field (None or "") is -1 and not a reject.
+    """
+    if not text:
+        return -1
+    try:
+        v = int(text, base)
+        if _I64_MIN <= v <= _I64_MAX:
+            return v
+    except (OverflowError, ValueError, TypeError):
+        pass
+    rejected = _REJECTED.get()
+    if rejected is not None:
+        rejected.append(str(text)[:40])
+    return -1
+
+
+def collect_rejected_ints(into: list[str] | None):
+    """Make `int64` append its rejects to `into` (None: stop); returns a token for `_REJECTED.reset`."""
+    return _REJECTED.set(into)
+
+
+def stop_collecting_rejected_ints(token) -> None:
+    """Undo `collect_rejected_ints`."""
+    _REJECTED.reset(token)
+
+
 def clean_line(text: str) -> str:
     """Strip trailing blanks, k9s box borders and Ray's `[repeated Nx]` suffix from one line."""
     text = text.rstrip()
@@ -67,22 +102,22 @@ def parse_launcher(prefix: str) -> LauncherTag:
     ts = ts_m.group(1) if ts_m else ""
     m = _MPI.search(prefix)
     if m:
-        return LauncherTag("mpi", int(m.group("r")), -1, ts)
+        return LauncherTag("mpi", int64(m.group("r")), -1, ts)
     m = _PTRANK.search(prefix)
     if m:
-        return LauncherTag("pytorch", int(m.group("r")), -1, ts)
+        return LauncherTag("pytorch", int64(m.group("r")), -1, ts)
     m = _TORCHRUN.search(prefix)
     if m:
-        return LauncherTag("torchrun", int(m.group("r")), -1, ts)
+        return LauncherTag("torchrun", int64(m.group("r")), -1, ts)
     m = _RAY.search(prefix)
     if m:
-        return LauncherTag("ray", -1, int(m.group("pid")), ts)
+        return LauncherTag("ray", -1, int64(m.group("pid")), ts)
     m = _SRUN.match(prefix)
     if m:
-        return LauncherTag("srun", int(m.group("r")), -1, ts)
+        return LauncherTag("srun", int64(m.group("r")), -1, ts)
     m = _RANKTAG.match(prefix)
     if m:
-        return LauncherTag("rank_tag", int(m.group("r")), -1, ts)
+        return LauncherTag("rank_tag", int64(m.group("r")), -1, ts)
     if ts:
         return LauncherTag("timestamp", -1, -1, ts)
     m = _PDSH.match(prefix)

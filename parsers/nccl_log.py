@@ -13,7 +13,8 @@ from pathlib import Path
 import pandas as pd
 
 from parsers.errors import InputError
-from parsers.nccl_envelope import LEVEL_MARKERS, NCCL_LINE, clean_line
+from parsers.nccl_envelope import (LEVEL_MARKERS, NCCL_LINE, clean_line, collect_rejected_ints,
+                                   stop_collecting_rejected_ints)
 from parsers.nccl_messages import NCCL_TESTS_FAIL, NCCL_TESTS_RANK, VERSION, classify_message
 from parsers.nccl_state import LogState
 from parsers.watchdog_log import PT_MARKERS, parse_pytorch_line
@@ -69,12 +70,16 @@ def parse_nccl_log(path: str | Path) -> NcclLog:
 
 
 def parse_nccl_lines(lines: Iterable[bytes | str], path: str = "<memory>") -> NcclLog:
-    """Parse lines (bytes decoded as UTF-8 with replacement, or str) into an NcclLog."""
+    """Parse lines (bytes decoded as UTF-8 with replacement, or str) into an NcclLog; one bad line never sinks it."""
     parser = _LineParser(path)
-    lineno = 0
-    for lineno, raw in enumerate(lines, 1):
-        parser.feed(lineno, raw)
-    return parser.finish(lineno)
+    token = collect_rejected_ints(parser.state.rejected)
+    try:
+        lineno = 0
+        for lineno, raw in enumerate(lines, 1):
+            parser.feed(lineno, raw)
+        return parser.finish(lineno)
+    finally:
+        stop_collecting_rejected_ints(token)
 
 
 class _LineParser:
@@ -83,12 +88,23 @@ class _LineParser:
     def __init__(self, path: str) -> None:
         self.path = path
         self.state = LogState(path)
-        self.pending: tuple[int, str, tuple] | None = None
+        self.pending: tuple[int, str, tuple, int] | None = None  # (line, text, record, out-of-range ints)
         self.last_error_row: dict | None = None
         self.last_newline = True
         self.last_commit: tuple[int, str, str | None] | None = None
 
     def feed(self, lineno: int, raw: bytes | str) -> None:
+        """Classify and record one physical line; a line whose handling fails is counted, not raised."""
+        try:
+            self._feed(lineno, raw)
+        except MemoryError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - salvage promise: one line must not lose the file
+            self.state.rejected.clear()
+            text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else str(raw)
+            self.state.note_line_error(lineno, text.rstrip("\r\n"), exc)
+
+    def _feed(self, lineno: int, raw: bytes | str) -> None:
         """Classify and record one physical line."""
         if isinstance(raw, bytes):
             self.last_newline = raw.endswith(b"\n")
@@ -113,39 +129,56 @@ class _LineParser:
             self.last_error_row = None
             self.state.count("last_error_text")
             return
-        rec = classify_line(text)
+        rec, nbad = self._classify(text)
         if self.pending is not None:
             cont = rec is None or (rec[0] == "pytorch" and not text.lstrip().startswith(("[", "(")))
             if cont and self._try_join(text):
                 return
             self._flush()
         if _is_partial(rec):
-            self.pending = (lineno, text, rec)
+            self.pending = (lineno, text, rec, nbad)
             return
-        self._commit(lineno, text, rec)
+        self._commit(lineno, text, rec, nbad)
+
+    def _classify(self, text: str) -> tuple[tuple | None, int]:
+        """classify_line plus the number of its integers that did not fit int64."""
+        rejected = self.state.rejected
+        rejected.clear()
+        rec = classify_line(text)
+        nbad = len(rejected)
+        rejected.clear()
+        return rec, nbad
 
     def _try_join(self, text: str) -> bool:
         """Join a held partial line with this continuation when that yields a complete record."""
-        lineno, held, _ = self.pending
+        lineno, held, _, _ = self.pending
         spaced, glued = held + " " + text.lstrip(), held + text
         for joined in ((spaced, glued) if held[-1:] in ":,;)" else (glued, spaced)):
-            rec = classify_line(joined)
+            rec, nbad = self._classify(joined)
             if rec is not None and not _is_partial(rec):
                 self.pending = None
                 self.state.joined.append(lineno)
-                self._commit(lineno, joined, rec)
+                self._commit(lineno, joined, rec, nbad)
                 return True
         return False
 
     def _flush(self) -> None:
         """Record the held line as it is."""
         if self.pending is not None:
-            lineno, text, rec = self.pending
+            lineno, text, rec, nbad = self.pending
             self.pending = None
-            self._commit(lineno, text, rec)
+            self._commit(lineno, text, rec, nbad)
 
-    def _commit(self, lineno: int, text: str, rec: tuple | None) -> None:
-        """Apply one classified record to the state."""
+    def _commit(self, lineno: int, text: str, rec: tuple | None, nbad: int = 0) -> None:
+        """Apply one classified record to the state; `nbad` out-of-range ints were already met classifying it."""
+        st = self.state
+        st.rejected.clear()
+        self._apply(lineno, text, rec, nbad)
+        st.note_out_of_range(lineno, nbad + len(st.rejected))
+        st.rejected.clear()
+
+    def _apply(self, lineno: int, text: str, rec: tuple | None, nbad: int) -> None:
+        """Record one classified line in the state tables."""
         st = self.state
         self.last_commit = (lineno, text, None if rec is None else (rec[2] if rec[0] == "nccl" else rec[0]))
         if rec is None:
@@ -159,7 +192,7 @@ class _LineParser:
             st.add_banner(lineno, text, rec[1])
         elif kind == "pytorch":
             rows = st.add_pytorch(lineno, rec[1], rec[2])
-            if any(r["kind"] == "timeout" and r["seq"] < 0 for r in rows):
+            if not nbad and any(r["kind"] == "timeout" and r["seq"] < 0 for r in rows):  # not cut: seq too big
                 st.cut.append((lineno, text[:120]))
             if rows and rows[-1]["kind"] == "last_error" and rows[-1]["message"].rstrip() == "Last error:":
                 self.last_error_row = rows[-1]
@@ -170,7 +203,13 @@ class _LineParser:
 
     def finish(self, n_lines: int) -> NcclLog:
         """Flush held state and build the tables."""
-        self._flush()
+        try:
+            self._flush()
+        except MemoryError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - same salvage rule as `feed`
+            self.state.rejected.clear()
+            self.state.note_line_error(n_lines, self.last_commit[1] if self.last_commit else "", exc)
         last = self.last_commit
         if not self.last_newline and last is not None and last[2] in (None, "other"):
             self.state.cut.append((last[0], last[1]))

@@ -9,9 +9,10 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
+import numpy as np
 import pandas as pd
 
-from parsers.nccl_envelope import NO_TAG, LauncherTag, parse_launcher
+from parsers.nccl_envelope import NO_TAG, LauncherTag, int64, parse_launcher
 from parsers.nccl_messages import IB_DEV, IFACE, normalise_transport
 from parsers.watchdog_log import COLUMNS as WATCHDOG_COLUMNS
 
@@ -87,11 +88,30 @@ class LogState:
         self.rank_versions: dict[int, str] = {}
         self.file_versions: Counter = Counter()
         self._tag_cache: dict[str, LauncherTag] = {}
+        self.rejected: list[str] = []  # raw integers `int64` refused, not yet attributed to a line
+        self.out_of_range = 0  # integers in lines that do not fit int64 (stored as -1)
+        self.out_of_range_line = 0  # first line holding one
+        self.line_errors = 0  # lines whose handling failed unexpectedly (counted as unrecognised)
+        self.first_line_error: tuple[int, str, str] | None = None  # (line, exception, text)
 
     # ---------------------------------------------------------------- helpers
     def count(self, family: str) -> None:
         """Count one recognised line of a family."""
         self.families[family] += 1
+
+    def note_out_of_range(self, lineno: int, n: int) -> None:
+        """Count integers of one line that did not fit int64 (their columns hold -1)."""
+        if n > 0:
+            if not self.out_of_range:
+                self.out_of_range_line = lineno
+            self.out_of_range += n
+
+    def note_line_error(self, lineno: int, text: str, exc: BaseException) -> None:
+        """A line whose handling raised: count it as unrecognised and keep the first failure for the warning."""
+        self.unrecognised += 1
+        self.line_errors += 1
+        if self.first_line_error is None:
+            self.first_line_error = (lineno, f"{exc.__class__.__name__}: {str(exc)[:80]}", text[:120])
 
     def note_unrecognised(self, lineno: int, text: str) -> None:
         """Keep a few unrecognised lines for the message."""
@@ -105,7 +125,7 @@ class LogState:
         tag = self._tag_cache.get(prefix)
         if tag is None:
             tag = parse_launcher(prefix)
-            if len(self._tag_cache) < 4096:
+            if len(self._tag_cache) < 4096 and not _lost_number(tag):
                 self._tag_cache[prefix] = tag
         return tag
 
@@ -128,10 +148,10 @@ class LogState:
         """Record one enveloped NCCL line."""
         self.families[family] += 1
         launcher, _ts, host, pid_s, tid_s, dev = env.groups()[:6]
-        pid, tid = int(pid_s), int(tid_s)
+        pid, tid = int64(pid_s), int64(tid_s)
         p = self._proc(host, pid, lineno)
         if dev is not None:
-            (p.devs_main if tid == pid else p.devs_any)[int(dev)] += 1
+            (p.devs_main if tid == pid else p.devs_any)[int64(dev)] += 1
         tag = self._tag(launcher) if launcher else NO_TAG
         if tag.rank >= 0:
             p.tags[(tag.kind, tag.rank)] += 1
@@ -155,7 +175,7 @@ class LogState:
                 if len(w["chain"]) < _MAX_CHAIN:
                     w["chain"].append(env.group("msg"))
                 if w["result_code"] < 0:
-                    w["result_code"] = int(mm.group("code"))
+                    w["result_code"] = int64(mm.group("code"))
         elif family == "version":
             p.version = mm.group("ver")
         elif family == "env":
@@ -172,8 +192,8 @@ class LogState:
         """One COLL record."""
         op, opcount, _sb, _rb, count, dtype, redop, root, comm, nr, stream = m.groups()[:11]
         p.last_coll_comm = comm
-        self.colls.append((host, pid, comm, op, int(opcount, 16), int(count), int(dtype), int(redop), int(root),
-                           int(nr) if nr else -1, lineno, tid, stream or ""))
+        self.colls.append((host, pid, comm, op, int64(opcount, 16), int64(count), int64(dtype), int64(redop), int64(root),
+                           int64(nr), lineno, tid, stream or ""))
 
     def _init(self, lineno, host, pid, p, m, family) -> None:
         """Init START/COMPLETE (all eras): create or update the communicator row."""
@@ -199,7 +219,7 @@ class LogState:
         key = (host, pid, comm)
         idx = self.comm_index.get(key)
         row = self.comms[idx] if idx is not None else None
-        new_vals = dict(rank=int(gd["rank"]), nranks=int(gd["nranks"]), comm_id=gd.get("commId") or "")
+        new_vals = dict(rank=int64(gd["rank"]), nranks=int64(gd["nranks"]), comm_id=gd.get("commId") or "")
         if row is not None and (row["complete"] or row["rank"] != new_vals["rank"] or row["nranks"] != new_vals["nranks"]
                                 or (new_vals["comm_id"] and row["comm_id"] and row["comm_id"] != new_vals["comm_id"])):
             if not (row["complete"] and complete and row["rank"] == new_vals["rank"]
@@ -215,20 +235,20 @@ class LogState:
         if new_vals["comm_id"]:
             row["comm_id"] = new_vals["comm_id"]
         if gd.get("cudaDev") is not None:
-            row["cuda_dev"] = int(gd["cudaDev"])
+            row["cuda_dev"] = int64(gd["cudaDev"])
             p.init_devs[row["cuda_dev"]] += 1
         if gd.get("nvmlDev") is not None:
-            row["nvml_dev"] = int(gd["nvmlDev"])
+            row["nvml_dev"] = int64(gd["nvmlDev"])
         if gd.get("busId"):
             row["bus_id"] = gd["busId"]
         if gd.get("parent"):
             row["parent"] = gd["parent"]
         if gd.get("color") is not None:
-            row["split_color"], row["split_key"] = int(gd["color"]), int(gd["key"])
+            row["split_color"], row["split_key"] = int64(gd["color"]), int64(gd["key"])
         if gd.get("fn"):
             row["init_fn"] = gd["fn"]
         if gd.get("jobrank"):
-            row["job_rank"] = int(gd["jobrank"])
+            row["job_rank"] = int64(gd["jobrank"])
         if complete:
             row["complete"] = True
             if comm in p.open_comms:
@@ -247,16 +267,17 @@ class LogState:
         self._hint(p, _V_SHAPE)
         key = (host, pid, m.group("comm"))
         idx = self.comm_index.get(key)
-        if idx is None or self.comms[idx]["rank"] != int(m.group("rank")):
-            row = dict(host=host, pid=pid, comm=m.group("comm"), comm_id="", rank=int(m.group("rank")),
-                       nranks=int(m.group("nranks")), nnodes=-1, local_ranks=-1, cuda_dev=-1, bus_id="", nvml_dev=-1,
+        rank = int64(m.group("rank"))
+        if idx is None or (rank >= 0 and self.comms[idx]["rank"] != rank):  # rank -1: unreadable, trust the Init
+            row = dict(host=host, pid=pid, comm=m.group("comm"), comm_id="", rank=rank,
+                       nranks=int64(m.group("nranks")), nnodes=-1, local_ranks=-1, cuda_dev=-1, bus_id="", nvml_dev=-1,
                        parent="", split_color=-1, split_key=-1, line=lineno, init_fn="", job_rank=-1,
                        complete=False, global_rank=-1)
             self.comm_index[key] = len(self.comms)
             self.comms.append(row)
         else:
             row = self.comms[idx]
-        row["nnodes"], row["local_ranks"] = int(m.group("nNodes")), int(m.group("localRanks"))
+        row["nnodes"], row["local_ranks"] = int64(m.group("nNodes")), int64(m.group("localRanks"))
 
     def _conn(self, lineno, host, pid, tid, p, m) -> None:
         """One connection line; its communicator is inferred from init/COLL order in the same process."""
@@ -265,15 +286,15 @@ class LogState:
             self._hint(p, "2.18.1")
         elif transport == "SHM" and detail.startswith("/"):
             self._hint(p, "2.13")
-        src, dst = int(m.group("src")), int(m.group("dst") or -1)
+        src, dst = int64(m.group("src")), int64(m.group("dst"))
         comm = ""
         if p.has_start:
             if len(p.open_comms) == 1:
                 comm = p.open_comms[0]
             elif not p.open_comms and p.last_coll_comm:
                 comm = p.last_coll_comm  # lazy (runtime) connection during the first collective
-        row = [host, pid, comm, int(m.group("ch")), src, dst, transport, detail, lineno,
-               int(m.group("conn") or -1), m.group("dir") or "", m.group("srcdev") or "", m.group("dstdev") or "", tid]
+        row = [host, pid, comm, int64(m.group("ch")), src, dst, transport, detail, lineno,
+               int64(m.group("conn")), m.group("dir") or "", m.group("srcdev") or "", m.group("dstdev") or "", tid]
         self.conns.append(row)
         if not p.has_start:
             p.pending_conn.append(len(self.conns) - 1)
@@ -285,7 +306,7 @@ class LogState:
             if len(self.warns[i]["chain"]) < _MAX_CHAIN:
                 self.warns[i]["chain"].append(msg)
         src = env.group("src") or ""
-        self.warns.append(dict(host=host, pid=pid, src_file=src, src_line=int(env.group("srcline") or -1),
+        self.warns.append(dict(host=host, pid=pid, src_file=src, src_line=int64(env.group("srcline")),
                                message=msg, line=lineno, timestamp=env.group("ts") or tag.timestamp, tid=tid,
                                func=env.group("func") or "", level="WARN", chain=[], result_code=-1))
         if len(p.warn_group) < 32:
@@ -337,17 +358,17 @@ class LogState:
     def add_tests_rank(self, lineno: int, m: re.Match) -> None:
         """nccl-tests `#  Rank N Group G Pid P on HOST device D` header."""
         self.families["nccl_tests"] += 1
-        host, pid = m.group("host"), int(m.group("pid"))
+        host, pid = m.group("host"), int64(m.group("pid"))
         p = self._proc(host, pid, lineno)
-        p.tests_rank = int(m.group("rank"))
-        p.init_devs[int(m.group("dev"))] += 1
+        p.tests_rank = int64(m.group("rank"))
+        p.init_devs[int64(m.group("dev"))] += 1
 
     def add_tests_fail(self, lineno: int, text: str, m: re.Match) -> None:
         """nccl-tests `Test NCCL failure file:line 'reason'`."""
         self.families["nccl_tests"] += 1
         host = text[: m.start()].strip().rstrip(":").strip()
         self.warns.append(dict(host=host if " " not in host else "", pid=-1, src_file=m.group("file"),
-                               src_line=int(m.group("line")), message=f"Test NCCL failure '{m.group('why')}'",
+                               src_line=int64(m.group("line")), message=f"Test NCCL failure '{m.group('why')}'",
                                line=lineno, timestamp="", tid=-1, func="", level="TEST_FAILURE", chain=[],
                                result_code=-1))
 
@@ -447,10 +468,25 @@ class LogState:
             n, t = self.cut[0]
             out.append(f"{self.path}: {len(self.cut)} lines look cut off and were not fully read "
                        f"(first at line {n}: {t!r})")
+        n_bad = self.out_of_range + len(self.rejected)  # the latter only from the table builder's safety net
+        if n_bad:
+            where = f"first at line {self.out_of_range_line}" if self.out_of_range else "line unknown"
+            out.append(f"{self.path}: {n_bad} values out of range ignored, {where} "
+                       "(integers that do not fit 64 bits are stored as -1)")
+        if self.first_line_error is not None:
+            n, why, t = self.first_line_error
+            out.append(f"{self.path}: {self.line_errors} lines could not be handled and were skipped "
+                       f"(first at line {n}: {why}; {t!r})")
         if self.joined:
             out.append(f"{self.path}: {len(self.joined)} wrapped lines were joined with their continuation "
                        f"(first at line {self.joined[0]})")
         return out
+
+
+def _lost_number(tag: LauncherTag) -> bool:
+    """A launcher tag whose rank/pid digits were there but out of range (so it must not be cached uncounted)."""
+    return (tag.kind == "ray" and tag.pid < 0) or (tag.kind in ("mpi", "pytorch", "torchrun", "srun", "rank_tag")
+                                                  and tag.rank < 0)
 
 
 def _mode(c: Counter) -> int:
@@ -466,12 +502,26 @@ def _frame(rows: list, columns: tuple[str, ...]) -> pd.DataFrame:
         df = pd.DataFrame.from_records(rows, columns=list(columns)) if rows else pd.DataFrame(columns=list(columns))
     for c in columns:
         if c in _INT_COLS:
-            df[c] = df[c].astype("int64")
+            if df[c].dtype.kind in "ib" or not len(df):  # signed ints: parsing has range-checked every value
+                df[c] = df[c].astype("int64")
+            else:  # safety net (uint64 would wrap, NaN would raise): cell by cell
+                df[c] = pd.Series([_fit64(v) for v in df[c]], index=df.index, dtype="int64")
         elif c == "complete":
             df[c] = df[c].astype(bool)
         else:
             df[c] = df[c].astype(object) if not len(df) else df[c]
     return df
+
+
+def _fit64(v) -> int:
+    """One table cell as an int64: -1 when missing, or when it does not fit (then counted as a reject)."""
+    if v is None or (isinstance(v, (float, np.floating)) and np.isnan(v)):
+        return -1
+    if isinstance(v, (float, np.floating)) and np.isfinite(v) and float(v).is_integer():
+        v = int(v)
+    if isinstance(v, (int, np.integer)):
+        return int64(str(int(v)))
+    return int64(str(v))
 
 
 def _attach_comm(colls: pd.DataFrame, comms: pd.DataFrame) -> pd.DataFrame:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import re
 
+from parsers.nccl_envelope import int64
+
 # Cheap substring guards: a line reaches the regexes only if it contains one of these.
 PT_MARKERS = (
     "NCCL", "nccl", "atchdog", "WorkNCCL", "DistBackendError", "data inconsistency", "Last error", "ProcessGroup",
@@ -50,22 +52,17 @@ COLUMNS = (
 )
 
 
-def _int(s: str | None) -> int:
-    """Int of an optional regex group; -1 when absent."""
-    return int(s) if s else -1
-
-
 def parse_pytorch_line(text: str) -> tuple[str, list[dict]]:
     """Classify one PyTorch/c10d line; returns (launcher prefix text, watchdog rows without `line`)."""
     m = PT_PREFIX.search(text)
     if m:
         prefix, body = text[: m.start()], text[m.end():]
-        grank, sev = _int(m.group("grank")), m.group("sev")
+        grank, sev = int64(m.group("grank")), m.group("sev")
         ts = f"{m.group('mmdd')} {m.group('time')}" if m.group("mmdd") else ""
     else:
         g = GRANK_ONLY.search(text)
         if g:
-            prefix, body, grank = text[: g.start()], text[g.end():], int(g.group("grank"))
+            prefix, body, grank = text[: g.start()], text[g.end():], int64(g.group("grank"))
         else:
             prefix, body, grank = "", text, -1
         sev, ts = "", ""
@@ -80,30 +77,30 @@ def parse_pytorch_line(text: str) -> tuple[str, list[dict]]:
             "numel_in": -1, "numel_out": -1, "timeout_ms": -1, "ran_for_ms": -1, "nccl_version": ""}
     pg = PG_PREFIX.search(body)
     if pg:
-        base.update(pg_id=int(pg.group("pgid")), pg_guid=pg.group("guid") or "", pg_desc=pg.group("desc") or "",
-                    rank=int(pg.group("rank")))
+        base.update(pg_id=int64(pg.group("pgid")), pg_guid=pg.group("guid") or "", pg_desc=pg.group("desc") or "",
+                    rank=int64(pg.group("rank")))
     else:
         r = RANK_TAG.search(body)
         if r:
-            base["rank"] = int(r.group("rank"))
+            base["rank"] = int64(r.group("rank"))
     if base["rank"] < 0:
         base["rank"] = grank
     w = WORK.search(body)
     if w:
-        base.update(seq=int(w.group("seq")), op_type=w.group("op"), numel_in=_int(w.group("numel_in")),
-                    numel_out=_int(w.group("numel_out")), timeout_ms=_int(w.group("timeout_ms")))
+        base.update(seq=int64(w.group("seq")), op_type=w.group("op"), numel_in=int64(w.group("numel_in")),
+                    numel_out=int64(w.group("numel_out")), timeout_ms=int64(w.group("timeout_ms")))
     rf = RAN_FOR.search(body)
     if rf:
-        base["ran_for_ms"] = int(rf.group("ran_ms"))
+        base["ran_for_ms"] = int64(rf.group("ran_ms"))
     fa = FAILED_AT.search(body)
     if fa:
-        base["failed_seq"] = int(fa.group("seq"))
+        base["failed_seq"] = int64(fa.group("seq"))
     ne = NCCL_ERR.search(body)
     if ne:
         base["nccl_version"] = ne.group("ver")
     t = TIMEOUT_OPT.search(body)
     if t and base["timeout_ms"] < 0:
-        base["timeout_ms"] = int(t.group("ms"))
+        base["timeout_ms"] = int64(t.group("ms"))
     rows = []
     for kind in kinds:
         row = dict(base, kind=kind)
@@ -122,7 +119,7 @@ def _kinds(body: str) -> dict[str, int]:
         out["timeout"] = -1
     if "last " in body and " work: " in body:
         for lw in LAST_WORK.finditer(body):
-            out[f"last_{lw.group('what')}"] = int(lw.group("seq"))
+            out[f"last_{lw.group('what')}"] = int64(lw.group("seq"))
     if "DistBackendError" in body and "terminate called" not in body:
         out["dist_backend_error"] = -1
     elif "NCCL error" in body or "NCCL Error " in body:
