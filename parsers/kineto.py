@@ -144,7 +144,8 @@ def _salvage_info(reason: str, bytes_read: int, kept: int, events: int) -> dict:
 def _whole(path: Path) -> tuple["_Collector", _TypedDoc, Optional[dict]]:
     """Whole-document path: read all bytes, decode once (salvaging a cut-off tail), collect."""
     raw = read_trace_bytes(path)
-    doc, cut_info = _decode(path, raw.data)
+    notes: list[str] = []
+    doc, cut_info = _decode(path, raw.data, notes)
     if doc.traceEvents is None:
         raise InputError(path, "JSON without a traceEvents array: not a profiler trace")
     salvage = None
@@ -153,6 +154,7 @@ def _whole(path: Path) -> tuple["_Collector", _TypedDoc, Optional[dict]]:
         salvage = _salvage_info(raw.gzip_error or "JSON ends mid-document (file cut off while being written)",
                                 len(raw.data), kept, len(doc.traceEvents))
     col = _Collector()
+    col.notes = [f"{path}: {n}" for n in notes]
     gc_was = gc.isenabled()
     gc.disable()
     try:
@@ -349,7 +351,7 @@ def _decode_slice(col: "_Collector", buf: bytearray, start: int, end: int, closi
                     events = _CHUNK_DECODER.decode(part)
             finally:
                 buf[end] = saved
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, UnicodeDecodeError):
         return False
     col.add(events)
     return True
@@ -385,13 +387,65 @@ def _decode_members(part: bytes, opening: bool) -> _TypedDoc:
         raise _Fallback() from None
 
 
-def _decode(path: Path, data: bytes) -> tuple[_TypedDoc, Optional[tuple[int, int]]]:
-    """Typed decode; on malformed JSON fall back to the longest valid prefix of complete events."""
+class _LenientDoc(msgspec.Struct):
+    traceEvents: Optional[list[Any]] = None
+    distributedInfo: Any = None
+    deviceProperties: Any = None
+    displayTimeUnit: Any = None
+    baseTimeNanoseconds: Any = None
+    host_name: Any = None
+    traceName: Any = None
+
+
+_LENIENT_DECODER = msgspec.json.Decoder(_LenientDoc)
+
+
+def _typed_or_lenient(data: bytes, notes: list[str]) -> _TypedDoc:
+    """Typed decode; when some events have the wrong shape (not an object, args not an object), keep the rest.
+
+    Raises msgspec.DecodeError only for JSON that is malformed as text.
+    """
+    try:
+        return _DECODER.decode(data)
+    except msgspec.ValidationError:
+        pass
+    raw = _LENIENT_DECODER.decode(data)  # raises when traceEvents itself is not a list
+    events, skipped, stripped = [], 0, 0
+    for e in raw.traceEvents or []:
+        if not isinstance(e, dict):
+            skipped += 1
+            continue
+        try:
+            events.append(msgspec.convert(e, _Event))
+        except msgspec.ValidationError:
+            try:
+                events.append(msgspec.convert({k: v for k, v in e.items() if k != "args"}, _Event))
+                stripped += 1
+            except msgspec.ValidationError:
+                skipped += 1
+    if skipped or stripped:
+        notes.append(f"{skipped} trace events that are not event objects skipped, {stripped} events with "
+                     "malformed args kept without them")
+    return _TypedDoc(events if raw.traceEvents is not None else None, raw.distributedInfo, raw.deviceProperties,
+                     raw.displayTimeUnit, raw.baseTimeNanoseconds, raw.host_name, raw.traceName)
+
+
+def _decode(path: Path, data: bytes, notes: Optional[list[str]] = None) -> tuple[_TypedDoc, Optional[tuple[int, int]]]:
+    """Typed decode; on malformed JSON fall back to the longest valid prefix of complete events.
+
+    Invalid UTF-8 is replaced (U+FFFD) and events of the wrong shape are skipped; both are noted in ``notes``.
+    """
+    notes = [] if notes is None else notes
     gc_was = gc.isenabled()
     gc.disable()  # millions of small objects: the cyclic GC only costs time here
     try:
         try:
-            return _DECODER.decode(data), None
+            try:
+                return _typed_or_lenient(data, notes), None
+            except UnicodeDecodeError as exc:
+                data = data.decode("utf-8", "replace").encode("utf-8")
+                notes.append(f"invalid UTF-8 replaced (first at byte {exc.start})")
+                return _typed_or_lenient(data, notes), None
         except msgspec.DecodeError as exc:
             first_error = str(exc)
         stripped = data.lstrip()
@@ -402,7 +456,7 @@ def _decode(path: Path, data: bytes) -> tuple[_TypedDoc, Optional[tuple[int, int
             data = b'{"traceEvents":' + stripped
         try:
             fixed, kept = salvage_json_prefix(data)
-            return _DECODER.decode(fixed), (0, kept)
+            return _typed_or_lenient(fixed, notes), (0, kept)
         except (ValueError, msgspec.DecodeError):
             raise InputError(path, f"not a readable trace: {first_error}") from None
     finally:
@@ -510,6 +564,7 @@ class _Collector:
         self.step_tids: set[int] = set()
         self.ann: list[tuple] = []     # name, ts, dur, on the GPU track
         self.p2p: list[tuple] = []     # tid, ts, peer
+        self.notes: list[str] = []     # what the decoder had to repair, for the warnings
         self.has_gpu = False
 
     def _tid(self, t: Any) -> int:
@@ -553,7 +608,7 @@ class _Collector:
                 continue
             if ts.__class__ is not float:
                 ts = _num(ts)
-            bad = not (ts - ts == 0)  # NaN or ±inf
+            bad = not (-9e15 < ts < 9e15)  # NaN, ±inf, or beyond what int64 ns can hold
             if bad:
                 n_bad += 1
                 ts = 0.0
@@ -647,21 +702,23 @@ class _Collector:
                     self.ann.append((nm, ts, d, cls == _C_GUA))
             if fl & _F_STEP:
                 if not bad:
-                    self.steps.append((int(_STEP.match(nm).group(1)), ts, d, cat == "gpu_user_annotation"))
+                    n_step = int(_STEP.match(nm).group(1))
+                    if n_step < _I64_SAFE:
+                        self.steps.append((n_step, ts, d, cat == "gpu_user_annotation"))
                 self.step_tids.add(self._tid(e.tid))
             if fl & _F_P2P:
                 self.p2p.append((self._tid(e.tid), ts, _peer_from_args(e.args)))
         self.n_bad += n_bad
         self.has_gpu = has_gpu
         if gts:
-            self.g.append(tuple(np.array(v, dtype=t) for v, t in zip(
+            self.g.append(tuple(_arr(v, t) for v, t in zip(
                 (gts, gdur, gname, gkind, gstream, gtid, gdev, gpid, gcorr, gext, gcoll), self._G_TYPES)))
         if rts:
-            self.r.append(tuple(np.array(v, dtype=t) for v, t in zip((rts, rcorr, rtid), self._R_TYPES)))
+            self.r.append(tuple(_arr(v, t) for v, t in zip((rts, rcorr, rtid), self._R_TYPES)))
         if has_gpu:
             self.c = None  # a GPU trace: CPU operators are not activity
         elif cts:
-            self.c.append(tuple(np.array(v, dtype=t) for v, t in zip(
+            self.c.append(tuple(_arr(v, t) for v, t in zip(
                 (cts, cdur, ctid, cname, cua, cspan), self._C_TYPES)))
 
     # --- tables ------------------------------------------------------------------------------------------
@@ -669,21 +726,35 @@ class _Collector:
         """Build the KinetoTrace tables from everything collected."""
         dist = doc.distributedInfo if isinstance(doc.distributedInfo, dict) else {}
         rank, rank_source = None, "none"
-        if isinstance(dist.get("rank"), int):
+        world = dist.get("world_size")
+        if world is not None and not (_plausible_rank(world, MAX_RANKS + 1) and world > 0):
+            warnings.append(f"{path}: distributedInfo.world_size {str(world)[:40]!r} is not a plausible world size; "
+                            "ignored")
+            world = None
+        if _plausible_rank(dist.get("rank"), world or MAX_RANKS):
             rank, rank_source = dist["rank"], "distributedInfo"
         else:
+            if "rank" in dist:
+                warnings.append(f"{path}: distributedInfo.rank {str(dist.get('rank'))[:40]!r} is not a plausible rank; "
+                                "using the file name")
             rank = rank_from_file_name(path)
-            if rank is not None:
+            if rank is not None and rank < MAX_RANKS:
                 rank_source = "filename"
-        world = dist.get("world_size") if isinstance(dist.get("world_size"), int) else None
+            else:
+                rank = None
         base_ns = 0
         if doc.baseTimeNanoseconds is not None:
             try:
                 base_ns = int(doc.baseTimeNanoseconds)
-            except (TypeError, ValueError):
-                warnings.append(f"{path}: baseTimeNanoseconds {doc.baseTimeNanoseconds!r} is not a number; ignored")
+                if not -_I64_SAFE < base_ns < _I64_SAFE // 2:
+                    raise ValueError
+            except (TypeError, ValueError, OverflowError):
+                base_ns = 0
+                warnings.append(f"{path}: baseTimeNanoseconds {str(doc.baseTimeNanoseconds)[:40]!r} is not a usable "
+                                "number; ignored")
+        warnings.extend(self.notes)
         if self.n_bad:
-            warnings.append(f"{path}: {self.n_bad} events with a non-numeric ts ignored")
+            warnings.append(f"{path}: {self.n_bad} events with a non-numeric or out-of-range ts ignored")
         self.base_ns = base_ns
         self.name_flags = np.array([self.flags[n] for n in self.name_list], dtype=np.int64)
         self.tid_int = _int_col(self.tid_list)
@@ -747,7 +818,7 @@ class _Collector:
         comm_by_ext = self._comm_by_ext()
         symm = [k for k, nm in comm_by_ext.items() if nm.startswith("symm_mem::")]
         if symm:
-            hit = (kind == KIND_CODE["compute"]) & np.isin(ext, np.array(symm, dtype=np.int64))
+            hit = (kind == KIND_CODE["compute"]) & np.isin(ext, _arr(symm, np.int64))
             kind[hit] = KIND_CODE["comm"]
 
         name_id, uniq = pd.factorize(name, sort=False)
@@ -762,6 +833,7 @@ class _Collector:
         activity = activity.reset_index(drop=True)
 
         recs = []
+        span_index = None  # built on first need: only comm kernels whose op nothing else names ask for it
         for row in np.flatnonzero(activity["kind"].to_numpy() == "comm"):
             j = order[row]
             a = self.g_args[j]
@@ -771,7 +843,9 @@ class _Collector:
             if not op or op == "unknown":
                 op = op_from_kernel_name(self.name_list[name[j]])
             if op == "unknown":
-                op = _op_from_launcher(ext[j], launch_pos[j], r_tid, r_start, comm_by_ext, spans)
+                if span_index is None:
+                    span_index = _SpanIndex(spans)
+                op = _op_from_launcher(ext[j], launch_pos[j], r_tid, r_start, comm_by_ext, span_index)
             recs.append(_coll_record(row, op, a, -1))
         return activity, _collectives_frame(recs, activity), names
 
@@ -878,14 +952,38 @@ def _op_from_launcher(ext_id, launch_pos, r_tid, r_start, comm_by_ext, spans) ->
         if op != "unknown":
             return op
     if launch_pos >= 0:
-        tid, t = r_tid[launch_pos], r_start[launch_pos]
-        best = None
-        for s, e, tt, nm in spans:
-            if tt == tid and s <= t < e and (best is None or s >= best[0]):
-                best = (s, nm)
-        if best is not None:
-            return normalise_op(best[1])
+        hit = spans.innermost(r_tid[launch_pos], r_start[launch_pos])
+        if hit is not None:
+            return normalise_op(hit)
     return "unknown"
+
+
+class _SpanIndex:
+    """CPU collective spans per thread, sorted by start: the innermost span holding a time in O(log n)."""
+
+    def __init__(self, spans: list[tuple]) -> None:
+        by_tid: dict[Any, list[tuple]] = {}
+        for s, e, tid, nm in spans:
+            by_tid.setdefault(tid, []).append((s, e, nm))
+        self._idx = {}
+        for tid, rows in by_tid.items():
+            rows.sort(key=lambda r: r[0])
+            ends = np.array([r[1] for r in rows], dtype=np.int64)
+            self._idx[tid] = (np.array([r[0] for r in rows], dtype=np.int64), ends,
+                              np.maximum.accumulate(ends), [r[2] for r in rows])
+
+    def innermost(self, tid: Any, t: int) -> Optional[str]:
+        """Name of the latest-starting span on ``tid`` with start <= t < end, None when there is none."""
+        hit = self._idx.get(tid)
+        if hit is None:
+            return None
+        starts, ends, reach, names = hit
+        k = int(np.searchsorted(starts, t, side="right")) - 1
+        while k >= 0 and reach[k] > t:  # some span up to k still runs at t: step outwards to it
+            if ends[k] > t:
+                return names[k]
+            k -= 1
+        return None
 
 def _meta(doc: _TypedDoc, dist: dict, path: Path) -> dict:
     props = doc.deviceProperties if isinstance(doc.deviceProperties, list) else []
@@ -902,8 +1000,31 @@ def _meta(doc: _TypedDoc, dist: dict, path: Path) -> dict:
     }
 
 
+#: Largest magnitude accepted for an integer read from input (int64 arithmetic on it must not overflow).
+_I64_SAFE = 2**62
+#: Plausible ranks and world sizes (a value outside is damage, not a job).
+MAX_RANKS = 2**20
+
+
+def _i64(v: Any) -> int:
+    """An int read from input, or -1 when it is not an int or is too large for int64 arithmetic."""
+    return v if v.__class__ is int and -_I64_SAFE < v < _I64_SAFE else -1
+
+
 def _int_col(values: list[Any]) -> np.ndarray:
-    return np.array([v if isinstance(v, int) and not isinstance(v, bool) else -1 for v in values], dtype=np.int64)
+    return np.array([_i64(v) for v in values], dtype=np.int64)
+
+
+def _arr(values: list, dtype) -> np.ndarray:
+    """np.array of collected values; integers out of int64 range (damaged input) become -1."""
+    try:
+        return np.array(values, dtype=dtype)
+    except OverflowError:
+        return np.array([_i64(v) for v in values], dtype=dtype)
+
+
+def _plausible_rank(v: Any, limit: int = MAX_RANKS) -> bool:
+    return v.__class__ is int and 0 <= v < limit
 
 
 _COLL_COLUMNS = ["act_index", "op", "in_nelems", "out_nelems", "dtype", "pg_name", "pg_desc", "pg_ranks",
@@ -927,12 +1048,12 @@ def _coll_record(row: int, op: str, a: Optional[_Args], peer: int) -> tuple:
         return (row, op, -1, -1, "", "", "", "", -1, peer)
     return (
         row, op,
-        a.in_nelems if isinstance(a.in_nelems, int) else -1,
-        a.out_nelems if isinstance(a.out_nelems, int) else -1,
+        _i64(a.in_nelems),
+        _i64(a.out_nelems),
         str(a.dtype) if a.dtype is not None else "",
         str(a.pg_name) if a.pg_name is not None else "",
         str(a.pg_desc) if a.pg_desc is not None else "",
         str(a.pg_ranks) if a.pg_ranks is not None else "",
-        a.group_size if isinstance(a.group_size, int) else -1,
+        _i64(a.group_size),
         peer,
     )

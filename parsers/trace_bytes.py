@@ -17,6 +17,15 @@ from parsers.errors import InputError
 
 #: Refuse to inflate a single file beyond this many bytes (a zip bomb or a mistake, not a trace).
 MAX_INFLATED_BYTES = 16 * 1024**3
+#: ... and beyond this many times its compressed size (real traces inflate 5-25x; a bomb inflates 1000x) ...
+MAX_INFLATE_RATIO = 200
+#: ... except that anything may inflate to this much.
+MIN_INFLATE_BOUND = 256 * 1024**2
+
+
+def inflate_bound(compressed_bytes: int, max_bytes: int = MAX_INFLATED_BYTES) -> int:
+    """How far a gzip file of this size may inflate before it is refused as a decompression bomb."""
+    return min(max_bytes, max(MIN_INFLATE_BOUND, MAX_INFLATE_RATIO * compressed_bytes))
 
 GZIP_MAGIC = b"\x1f\x8b"
 
@@ -42,7 +51,7 @@ def read_trace_bytes(path: str | Path, max_bytes: int = MAX_INFLATED_BYTES) -> R
         raise InputError(path, "empty file")
     if not blob.startswith(GZIP_MAGIC):
         return RawTrace(blob, len(blob))
-    return _gunzip(path, blob, max_bytes)
+    return _gunzip(path, blob, inflate_bound(len(blob), max_bytes))
 
 
 def _gunzip(path: Path, blob: bytes, max_bytes: int) -> RawTrace:
@@ -133,6 +142,8 @@ class BlockReader:
             raise InputError(self.path, "empty file")
         self._fh.seek(0)
         self.is_gzip = head == GZIP_MAGIC
+        if self.is_gzip:
+            self.max_bytes = inflate_bound(self.compressed_bytes, max_bytes)
         self.total = 0
         self.gzip_truncated = False
         self.gzip_error = ""

@@ -1,5 +1,6 @@
 """Bad input: each problem is reported with the file and the reason, and the other files are still analysed."""
 import gzip
+import json
 
 import pytest
 
@@ -98,3 +99,64 @@ def test_nonexistent_path_is_reported(tmp_path):
     job = load_job([tmp_path, tmp_path / "nope"], jobs=1)
     assert any(f.status == "failed" and "no such file" in f.message for f in job.files)
     assert job.ranks == [0]
+
+
+def test_gzip_bomb_is_refused_by_ratio(tmp_path, monkeypatch):
+    import parsers.trace_bytes as tb
+    monkeypatch.setattr(tb, "MIN_INFLATE_BOUND", 1 << 20)
+    p = tmp_path / "rank0.json.gz"
+    p.write_bytes(gzip.compress(b'{"traceEvents": [' + b" " * (8 << 20), 9))   # ~8 KB inflating 1000x
+    with pytest.raises(InputError, match="inflates to more than"):
+        load_trace(p)
+
+
+@pytest.mark.parametrize("dist,rank,warn", [
+    ({"rank": -2, "world_size": 4}, 5, "not a plausible rank"),          # falls back to the file name
+    ({"rank": True, "world_size": 4}, 5, "not a plausible rank"),
+    ({"rank": 7, "world_size": 4}, 5, "not a plausible rank"),            # beyond the world
+    ({"rank": 1, "world_size": 10**10}, 1, "not a plausible world size"),
+])
+def test_implausible_rank_or_world_size(tmp_path, dist, rank, warn):
+    doc = kb.trace([kb.step(1, 0, 100), kb.kernel(10, 20)], rank=None)
+    doc["distributedInfo"] = {"backend": "nccl", **dist}
+    t = load_trace(kb.write(tmp_path / "trace_rank5.json", doc))
+    assert t.rank == rank and any(warn in w for w in t.warnings)
+
+
+def test_out_of_range_integers_lose_only_the_value(tmp_path):
+    ev = [kb.step(10**20, 0, 5), kb.step(1, 0, 100), kb.kernel(10, 20, stream=2**63 + 5),
+          kb.nccl(40, 10, **{"Collective name": "allreduce", "In msg nelems": 2**63 + 1}),
+          kb.kernel(1e300, 1)]
+    doc = kb.trace(ev, baseTimeNanoseconds=10**30)
+    p = tmp_path / "rank0.json"
+    p.write_text(json.dumps(doc))  # the stdlib writes integers beyond 64 bits, as a damaged file may hold
+    t = load_trace(p)
+    assert t.steps.step.tolist() == [1]
+    assert t.activity.stream.tolist() == [-1, 20] and t.collectives.in_nelems.tolist() == [-1]
+    assert any("baseTimeNanoseconds" in w for w in t.warnings)
+    assert any("1 events with a non-numeric or out-of-range ts" in w for w in t.warnings)
+
+
+def test_bad_utf8_and_malformed_events_keep_the_rest(tmp_path):
+    good = kb.write(tmp_path / "x.json", kb.trace([kb.step(1, 0, 100), kb.kernel(10, 20, name="gemm_X"),
+                                                   kb.nccl(40, 10)])).read_bytes()
+    p = tmp_path / "rank0.json"
+    p.write_bytes(good.replace(b"gemm_X", b"gemm_\xff").replace(b'"traceEvents": [', b'"traceEvents": [1, "x",'))
+    t = load_trace(p)
+    assert len(t.activity) == 2 and "gemm_\ufffd" in t.names
+    assert any("invalid UTF-8 replaced" in w for w in t.warnings)
+    assert any("2 trace events that are not event objects skipped" in w for w in t.warnings)
+
+
+def test_many_unnamed_rccl_kernels_resolve_from_their_launching_op(tmp_path):
+    """ncclDevKernel_Generic with no args: the op comes from the CPU span around the launch (indexed lookup)."""
+    ev = []
+    for i in range(3000):
+        t0 = 100.0 * i
+        ev += [{"ph": "X", "cat": "cpu_op", "name": "nccl:all_reduce", "pid": 1, "tid": 100, "ts": t0, "dur": 5,
+                "args": {}},
+               kb.runtime(t0 + 1, 1, correlation=i + 1),
+               kb.kernel(t0 + 10, 20, "ncclDevKernel_Generic(ncclDevKernelArgsStorage<4096ul>)", stream=20,
+                         correlation=i + 1)]
+    t = load_trace(kb.write(tmp_path / "rank0.json", kb.trace(ev)))
+    assert (t.collectives.op == "allreduce").sum() == 3000

@@ -28,7 +28,8 @@ def _same(a, b) -> None:
     assert (a.path, a.rank, a.rank_source, a.world_size) == (b.path, b.rank, b.rank_source, b.world_size)
     assert a.meta == b.meta
     assert a.names == b.names
-    assert a.warnings == b.warnings
+    # the current parser also rejects timestamps out of int64 range, and says so
+    assert [w.replace("non-numeric or out-of-range ts", "non-numeric ts") for w in a.warnings] == b.warnings
     assert a.salvage == b.salvage
     for f in ("activity", "collectives", "steps", "annotations"):
         pd.testing.assert_frame_equal(getattr(a, f), getattr(b, f), check_exact=True)
@@ -185,6 +186,11 @@ def test_odd_documents_behave_as_before(tmp_path, content):
     try:
         want = ref.load_trace(p)
     except InputError as exc:
+        if "Expected `object" in exc.reason:
+            # Deliberate change: events of the wrong shape are skipped (or kept without bad args), not fatal.
+            t = kineto.load_trace(p, chunk_bytes=16)
+            assert any("malformed args" in w or "not event objects" in w for w in t.warnings)
+            return
         with pytest.raises(InputError) as got:
             kineto.load_trace(p, chunk_bytes=16)
         assert got.value.reason == exc.reason
