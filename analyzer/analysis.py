@@ -26,13 +26,24 @@ def run_analysis(job: Job, options: Optional[Options] = None) -> dict:
 
     options = options or Options()
     report = build_report(job)
-    report["cross_rank"] = clean(cross_rank_section(job, gpus_per_node=options.gpus_per_node))
-    report["hang"] = clean(hang_section(job))
-    report["nccl"] = clean(nccl_section(job))
+    report["cross_rank"] = _section(report, "cross-rank", lambda: cross_rank_section(job, options.gpus_per_node))
+    report["hang"] = _section(report, "hang", lambda: hang_section(job),
+                              {"status": "error", "diagnoses": [], "groups": []})
+    report["nccl"] = _section(report, "NCCL log", lambda: nccl_section(job))
     findings = run_rules(job, report, options.rule_config)
     report["findings"] = clean([f if isinstance(f, dict) else f.to_dict() for f in findings])
     report["verdict"] = verdict(report["findings"])
     return report
+
+
+def _section(report: dict, name: str, build, empty: Optional[dict] = None) -> dict:
+    """Build one section; a failure there becomes a warning and an empty section, never a lost report."""
+    try:
+        return clean(build())
+    except Exception as exc:  # noqa: BLE001 - one analysis failing must not hide the others' results
+        report["warnings"].append(f"the {name} analysis failed ({type(exc).__name__}: {exc}); its section is empty "
+                                  "- please report this with the input that caused it")
+        return {**(empty or {}), "error": f"{type(exc).__name__}: {exc}"}
 
 
 def verdict(findings: list[dict]) -> str:

@@ -67,3 +67,18 @@ def test_crashed_rank_evidence_quotes_its_own_stderr(capsys):
     first = next(i for i, ln in enumerate(lines) if ln.startswith(" 1. ERROR HANG002 Rank 1 crashed"))
     evidence = "\n".join(lines[first + 1:first + 5])
     assert "Received data size doesn't match" in evidence and "rank1.stderr:2" in evidence
+
+
+def test_a_failing_analysis_section_is_a_warning_not_a_crash(monkeypatch):
+    import analyzer.cross_rank
+    from analyzer.analysis import run_analysis
+    from analyzer.job import load_job
+
+    def boom(job, gpus_per_node=None):
+        raise RuntimeError("simulated bug")
+
+    monkeypatch.setattr(analyzer.cross_rank, "cross_rank_section", boom)
+    rep = run_analysis(load_job([CORPUS / "param-dlrm_kineto"], jobs=1))
+    assert rep["cross_rank"] == {"error": "RuntimeError: simulated bug"}
+    assert any("cross-rank analysis failed (RuntimeError: simulated bug)" in w for w in rep["warnings"])
+    assert len(rep["metrics"]["per_step"]) == 8 and rep["hang"]["status"] == "no_hang_evidence"
