@@ -139,6 +139,8 @@ def straggler(ctx: Context) -> Iterator[Finding]:
     r = info["rank"]
     g = group_for_rank(ctx.groups(), r)
     why = ATTRIBUTION.get(info["attribution"], "")
+    if ctx.cpu_only():  # gloo on CPUs: there is no GPU to blame
+        why = why.replace("a slower GPU", "a slower or busier CPU")
     yield Finding(title=f"Rank {r} is a straggler" + (f": {why}" if why else ""), confidence=info["confidence"],
                   evidence=info["evidence"], cost=info["cost"],
                   subject=Subject(ranks=[r], process_group=None if g is None else str(g.get("name"))),

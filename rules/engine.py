@@ -85,6 +85,8 @@ def related(root: Finding, cons: Finding) -> bool:
     """Whether `cons` is about the same ranks / group as `root` (so root can explain it)."""
     if cons.caused_by and root.anchor and cons.caused_by == root.anchor:
         return True
+    if root.id.startswith("NET") and cons.id == "LOAD001" and cons.extra.get("attribution") in ("compute", "host"):
+        return False  # a network problem slows every rank alike: it cannot explain one rank computing longer
     a, b = root.ranks_touched(), cons.ranks_touched()
     if a and b and not b <= a:
         return False

@@ -66,7 +66,7 @@ def few_microbatches(ctx: Context) -> Iterator[Finding]:
 
     Narayanan et al. (Megatron-LM, SC'21) keep m ≫ p; m ≥ 4p bounds the bubble near 15-20 %. Judged on the
     theoretical bubble the cross-rank section reports (it accounts for interleaving): fires when it exceeds
-    the bubble of m = 4p, (p−1)/(5p−1). Cost: the bubble that m = 4p would remove. Informational: the
+    the bubble of m = 4p, (p−1)/(4pv+p−1) with v model chunks per stage. Cost: the bubble that m = 4p would remove. Informational: the
     schedule is a deliberate configuration (memory often forces it); PIPE001 warns when the measured bubble
     exceeds what the schedule explains.
     """
@@ -74,11 +74,17 @@ def few_microbatches(ctx: Context) -> Iterator[Finding]:
     stages, m, theo = num(p.get("p")), num(p.get("m")), num(p.get("theoretical_bubble"))
     if not stages or stages < 2 or m is None or theo is None:
         return
-    at4p = (stages - 1) / (5 * stages - 1)
+    v = num(p.get("v")) or 1  # model chunks per stage (interleaved schedules)
+    at4p = (stages - 1) / (v * 4 * stages + stages - 1)
     if theo <= at4p + 1e-9:
         return
     ranks = sorted({int(x) for st in p.get("stage_ranks") or [] for x in st})
+    fix = ""
+    if v > 1 or p.get("schedule") == "interleaved":  # already interleaved: only more micro-batches help
+        fix = ("Raise the micro-batch count to at least 4x the stages (smaller micro-batches, or more gradient "
+               "accumulation steps); the schedule is already interleaved, more virtual stages per rank would "
+               "shrink the bubble further at the cost of more P2P traffic.")
     yield Finding(title=f"{int(m)} micro-batches for {int(stages)} pipeline stages: {pct(theo)} bubble by design",
-                  confidence=0.8, cost=theo - at4p, subject=Subject(ranks=ranks), involved=set(ranks),
+                  confidence=0.8, cost=theo - at4p, subject=Subject(ranks=ranks), involved=set(ranks), fix=fix,
                   evidence=[Evidence(f"theoretical bubble {pct(theo)} ({p.get('schedule')}); with m = 4p = "
                                      f"{int(4 * stages)} it would be {pct(at4p)}")])

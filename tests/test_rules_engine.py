@@ -186,3 +186,15 @@ def test_readme_rule_table_matches_registry():
         pytest.skip("README.md has no rules markers yet")
     between = text.split(START, 1)[1].split(END, 1)[0]
     assert between.strip() == markdown_table().strip()
+
+
+def test_network_finding_does_not_swallow_a_compute_straggler():
+    """NET002 (sockets) slows every rank alike; a rank that computes longer is its own root cause."""
+    net = _f("NET002", "warning", cost=0.5, ranks=list(range(8)), involved=range(8))
+    compute = _f("LOAD001", "warning", cost=0.2, ranks=[5], involved=range(8))
+    compute.extra["attribution"] = "compute"
+    link = _f("LOAD001", "warning", cost=0.2, ranks=[5], involved=range(8))
+    link.extra["attribution"] = "link"
+    assert [f.id for f in attach_consequences([net, compute])] == ["NET002", "LOAD001"]
+    out = attach_consequences([net, link])
+    assert [f.id for f in out] == ["NET002"] and out[0].consequences[0]["id"] == "LOAD001"

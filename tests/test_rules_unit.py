@@ -348,3 +348,14 @@ def test_input_rules():
     got = [(f.id, f.severity) for f in collect_findings(rep, strict=True)]
     assert got == [("INPUT001", "warning"), ("INPUT004", "warning"), ("INPUT002", "info"), ("INPUT003", "info")]
     assert ids(copy.deepcopy(base())) == []
+
+
+def test_pipe002_counts_model_chunks_for_interleaved_schedules():
+    """p=4, m=4, v=2: theory 3/11; with m = 4p it would be 3/(2*16+3) = 8.6 %, not the 1-chunk 15.8 %."""
+    from rules.engine import collect_findings
+    report = {"cross_rank": {"pipeline": {"detected": True, "p": 4, "m": 4, "v": 2, "schedule": "interleaved",
+                                          "theoretical_bubble": 3 / 11, "mean_bubble_rate": 3 / 11,
+                                          "stage_ranks": [[0], [1], [2], [3]]}}}
+    f = next(f for f in collect_findings(report) if f.id == "PIPE002")
+    assert f.cost == pytest.approx(3 / 11 - 3 / 35)
+    assert "8.6%" in f.evidence[0].text and "already interleaved" in f.fix
