@@ -149,3 +149,25 @@ def test_report_schema_accepts_the_hand_built_report_and_rejects_breakage():
     bad["metrics"]["per_step"][0]["comm_share"] = 1.7
     errs = errors(bad, REPORT_SCHEMA)
     assert len(errs) == 3, errs
+
+
+def test_control_characters_from_input_never_reach_any_format():
+    """ANSI colours and stray control bytes from a log line: JUnit stays well-formed XML, nothing leaks."""
+    import xml.dom.minidom
+
+    from analyzer.render.github import render_github
+    from analyzer.render.html import render_html
+    from analyzer.render.junit import render_junit
+    from analyzer.render.markdown import render_markdown
+    from analyzer.render.text import render_text
+    nasty = "\x1b[31mtrn-node-00:1:1 [0] NCCL WARN ctrl \x01\x02 char\x1b[0m"
+    report = {"schema_version": 1, "tool": {"version": "0"}, "inputs": {"files": [], "read": 1},
+              "job": {"ranks": [0], "summary": {}}, "metrics": {"per_step": [], "per_rank": []},
+              "verdict": "FAIL", "warnings": [nasty],
+              "findings": [{"id": "NCCL001", "title": nasty, "severity": "error", "confidence": 1.0,
+                            "subject": {"ranks": [0]}, "evidence": [{"text": nasty, "file": "x.log", "line": 3}],
+                            "fix": nasty}]}
+    junit = render_junit(report, "error")
+    xml.dom.minidom.parseString(junit.encode())
+    for out in (junit, render_markdown(report), render_html(report), render_github(report), render_text(report)):
+        assert "\x01" not in out and "\x1b[31m" not in out and "NCCL WARN ctrl" in out

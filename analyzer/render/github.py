@@ -1,14 +1,14 @@
 """GitHub Actions workflow commands: one ::error/::warning/::notice annotation per finding."""
 from __future__ import annotations
 
-from analyzer.render.common import cost_text, evidence_texts, fallback_file, finding_location, subject_text
+from analyzer.render.common import cost_text, evidence_texts, fallback_file, finding_location, printable, subject_text
 
 _LEVEL = {"error": "error", "warning": "warning", "info": "notice"}
 
 
 def escape_data(s: str) -> str:
     """Escape a message as GitHub requires: % → %25, CR → %0D, LF → %0A."""
-    return s.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    return printable(s).replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
 
 
 def escape_property(s: str) -> str:

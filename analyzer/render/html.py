@@ -5,7 +5,7 @@ import base64
 from html import escape
 from typing import Any, Optional
 
-from analyzer.render.common import cost_text, evidence_texts, ms, num, pct, ranges, subject_text
+from analyzer.render.common import cost_text, evidence_texts, ms, num, pct, printable, ranges, subject_text
 
 CSS = """
 body{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:0;background:#fafafa;color:#222}
@@ -32,7 +32,7 @@ code{background:#f3f3f3;padding:0 3px}
 
 
 def _e(x: Any) -> str:
-    return escape(str(x), quote=True)
+    return escape(printable(x), quote=True)
 
 
 def _img(png: Optional[bytes], alt: str, caption: str) -> str:

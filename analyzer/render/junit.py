@@ -4,7 +4,8 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from typing import Optional
 
-from analyzer.render.common import evidence_texts, fails, finding_location, location_text, rule_catalog, subject_text
+from analyzer.render.common import (evidence_texts, fails, finding_location, location_text, printable, rule_catalog,
+                                    subject_text)
 
 
 def _finding_text(report: dict, f: dict) -> str:
@@ -20,7 +21,7 @@ def _finding_text(report: dict, f: dict) -> str:
         lines.append(f"cost: {100 * f['cost']:.1f}% of step time")
     if f.get("fix"):
         lines.append(f"fix: {f['fix']}")
-    return "\n".join(lines)
+    return printable("\n".join(lines))
 
 
 def render_junit(report: dict, fail_on: str = "error", rules: Optional[list[dict]] = None) -> str:
@@ -33,14 +34,15 @@ def render_junit(report: dict, fail_on: str = "error", rules: Optional[list[dict
     suite = ET.SubElement(suites, "testsuite", name="analyze.rules")
     n_fail = 0
     for rule in catalog:
-        case = ET.SubElement(suite, "testcase", classname="analyze.rules", name=f"{rule['id']} {rule['title']}".strip())
+        case = ET.SubElement(suite, "testcase", classname="analyze.rules",
+                             name=printable(f"{rule['id']} {rule['title']}".strip()))
         found = by_id.get(rule["id"], [])
         failing = [f for f in found if fails(f, fail_on)]
         if failing:
             n_fail += 1
             worst = failing[0]
             fail = ET.SubElement(case, "failure", type=str(worst.get("severity")),
-                                 message=f"{len(failing)} finding(s): {worst.get('title', '')}")
+                                 message=printable(f"{len(failing)} finding(s): {worst.get('title', '')}"))
             fail.text = "\n\n".join(_finding_text(report, f) for f in failing)
         others = [f for f in found if not fails(f, fail_on)]
         if others:
@@ -54,7 +56,7 @@ def render_junit(report: dict, fail_on: str = "error", rules: Optional[list[dict
     suites.set("failures", str(n_fail))
     suites.set("errors", "0")
     props = ET.SubElement(suite, "properties")
-    ET.SubElement(props, "property", name="verdict", value=str(report.get("verdict", "")))
+    ET.SubElement(props, "property", name="verdict", value=printable(report.get("verdict", "")))
     ET.SubElement(props, "property", name="fail_on", value=fail_on)
     suite.insert(0, suite[-1])
     del suite[-1]

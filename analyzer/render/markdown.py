@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from analyzer.render.common import cost_text, evidence_texts, ms, num, pct, ranges, subject_text
+from analyzer.render.common import cost_text, evidence_texts, ms, num, pct, printable, ranges, subject_text
 
 DETAILS_OVER = 12  # tables longer than this fold into <details>
 _ICON = {"error": "🔴", "warning": "🟠", "info": "🔵"}
@@ -11,7 +11,7 @@ _ICON = {"error": "🔴", "warning": "🟠", "info": "🔵"}
 
 def md_escape(text: Any) -> str:
     """Make input-derived text inert in Markdown tables and inline text (pipes, HTML, emphasis, backticks)."""
-    s = str(text)
+    s = printable(text)
     for a, b in (("\\", "\\\\"), ("|", "\\|"), ("<", "&lt;"), (">", "&gt;"), ("*", "\\*"), ("_", "\\_"),
                  ("`", "\\`"), ("[", "\\["), ("]", "\\]"), ("\r", " "), ("\n", " ")):
         s = s.replace(a, b)

@@ -3,13 +3,13 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from analyzer.render.common import (cost_text, evidence_texts, ms, num, pct, ranges,  # noqa: F401 (ranges re-exported)
-                                    subject_text)
+from analyzer.render.common import (cost_text, evidence_texts, ms, num, pct, printable,  # noqa: F401
+                                    ranges, subject_text)
 
 
 def one_line(text: Any) -> str:
     """Input-derived text on one terminal line: CR/LF and other control characters become spaces."""
-    return "".join(" " if (ord(c) < 32 or ord(c) == 127) else c for c in str(text))
+    return "".join(" " if (ord(c) < 32 or ord(c) == 127) else c for c in printable(text))
 
 _COLORS = {"error": "\033[1;31m", "warning": "\033[1;33m", "info": "\033[36m", "ok": "\033[1;32m",
            "bold": "\033[1m", "dim": "\033[2m"}
