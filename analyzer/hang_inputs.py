@@ -9,7 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pandas as pd
+
+from parsers.flight_recorder import MAX_RANK
 
 SEQ_COLUMNS = ["source", "group", "rank", "seq", "op", "numel_in", "numel_out", "dtype", "done", "order",
                "file", "line", "text", "frame"]
@@ -18,6 +21,7 @@ NCCL_DTYPES = {0: "int8", 1: "uint8", 2: "int32", 3: "uint32", 4: "int64", 5: "u
                7: "float32", 8: "float64", 9: "bfloat16", 10: "fp8_e4m3", 11: "fp8_e5m2"}
 FR_DTYPES = {"Float": "float32", "Double": "float64", "Half": "float16", "BFloat16": "bfloat16", "Int": "int32",
              "Long": "int64", "Char": "int8", "Byte": "uint8", "Bool": "bool", "Short": "int16"}
+MAX_WORLD_FILL = 1 << 14  # without world_size, ranks 0..max seen are assumed only up to this many
 _WD_OPS = {"ALLREDUCE": "allreduce", "ALLGATHER": "allgather", "_ALLGATHER_BASE": "allgather",
            "REDUCE_SCATTER": "reducescatter", "_REDUCE_SCATTER_BASE": "reducescatter", "BROADCAST": "broadcast",
            "REDUCE": "reduce", "ALLTOALL": "alltoall", "ALLTOALL_BASE": "alltoall", "SEND": "send", "RECV": "recv",
@@ -63,6 +67,10 @@ def _fr_rows(dumps: list, groups: dict[str, Group], warnings: list[str]) -> tupl
         if d.rank is None:
             warnings.append(f"{d.path}: rank unknown; dump not used for cross-rank matching")
             continue
+        if _rank_int(d.rank) is None:
+            warnings.append(f"{d.path}: rank {d.rank!r} is not a rank (an integer 0 <= rank < {MAX_RANK}); "
+                            "dump not used for cross-rank matching")
+            continue
         e = d.entries
         for name, cfg in d.pg_config.items():
             if name == "" or cfg.get("ranks") in (None, []):
@@ -70,7 +78,7 @@ def _fr_rows(dumps: list, groups: dict[str, Group], warnings: list[str]) -> tupl
             g = groups.setdefault(name, Group(name, source="flight_recorder"))
             g.desc = g.desc or cfg.get("desc", "")
             if g.members is None:
-                g.members, g.member_source = set(cfg["ranks"]), "pg_config"
+                g.members, g.member_source = _ranks_ok(cfg["ranks"]), "pg_config"
         for name in set(d.pg_status) | set(e["pg_name"]):
             g = groups.setdefault(name, Group(name, source="flight_recorder"))
         for name, desc in e.groupby("pg_name")["pg_desc"].first().items():
@@ -98,9 +106,9 @@ def _log_rank_map(log: Any) -> dict[tuple[str, int], int]:
     return {(h, int(pid)): int(r) for h, pid, r in zip(p["host"], p["pid"], p["rank"])}
 
 
-def _nccl_rows(logs: list, groups: dict[str, Group]) -> list[dict]:
+def _nccl_rows(logs: list, groups: dict[str, Group]) -> list[pd.DataFrame]:
     """Seq rows from NCCL COLL lines, one group per commId; registers communicators and their members."""
-    rows = []
+    frames = []
     for log in logs:
         rmap = _log_rank_map(log)
         comms = getattr(log, "communicators", None)
@@ -118,25 +126,76 @@ def _nccl_rows(logs: list, groups: dict[str, Group]) -> list[dict]:
         colls = getattr(log, "colls", None)
         if colls is None or colls.empty:
             continue
-        cid_col = colls["comm_id"] if "comm_id" in colls else pd.Series([""] * len(colls))
-        crank_col = colls["rank"] if "rank" in colls else pd.Series([-1] * len(colls))
-        for c, cid, crank in zip(colls.itertuples(index=False), cid_col, crank_col):
-            cid = str(cid or "")
-            if not cid:
-                continue
-            rank = rmap.get((c.host, int(c.pid)), int(crank) if crank is not None else -1)
-            if rank < 0:
-                continue
-            oc = c.op_count
-            seq = int(oc, 16) if isinstance(oc, str) else int(oc)
-            dt = NCCL_DTYPES.get(int(c.datatype), str(c.datatype)) if str(c.datatype).lstrip("-").isdigit() else str(c.datatype)
-            rows.append(dict(source="nccl_log", group=f"nccl:{cid}", rank=rank, seq=seq, op=str(c.op).lower(),
-                             numel_in=int(c.count), numel_out=int(c.count), dtype=dt, done=None, order=int(c.line),
-                             file=log.path, line=int(c.line),
-                             text=f"rank {rank} {c.op}: opCount {seq:x} count {c.count} datatype {c.datatype}",
-                             frame=""))
-            groups.setdefault(f"nccl:{cid}", Group(f"nccl:{cid}", source="nccl_log"))
-    return rows
+        df = _coll_rows(log, colls, rmap)
+        for key in df["group"].unique():
+            groups.setdefault(key, Group(key, source="nccl_log"))
+        if len(df):
+            frames.append(df)
+    return frames
+
+
+def _coll_rows(log: Any, colls: pd.DataFrame, rmap: dict[tuple[str, int], int]) -> pd.DataFrame:
+    """Seq rows of one log's COLL lines, built with column operations (logs can hold millions of them)."""
+    cid = colls["comm_id"].fillna("").astype(str) if "comm_id" in colls else pd.Series("", index=colls.index)
+    crank = pd.to_numeric(colls["rank"], errors="coerce") if "rank" in colls else pd.Series(-1.0, index=colls.index)
+    crank = crank.fillna(-1)
+    if rmap:
+        keys = pd.MultiIndex.from_arrays([colls["host"].astype(str), pd.to_numeric(colls["pid"]).astype("int64")])
+        known = pd.Series(list(rmap.values()), index=pd.MultiIndex.from_tuples(list(rmap), names=None), dtype="int64")
+        mapped = pd.Series(known.reindex(keys).to_numpy(), index=colls.index)
+        rank = mapped.fillna(crank)
+    else:
+        rank = crank
+    oc = colls["op_count"]
+    if oc.dtype == object:  # hex text (opCount is printed in hex)
+        seq = oc.map(lambda x: int(x, 16) if isinstance(x, str) else int(x))
+    else:
+        seq = oc
+    keep = (cid != "") & (rank >= 0) & (rank < MAX_RANK)
+    if not keep.any():
+        return pd.DataFrame(columns=SEQ_COLUMNS)
+    c = colls[keep]
+    rank, seq, cid = rank[keep].astype("int64"), seq[keep].astype("int64"), cid[keep]
+    dt = c["datatype"].map({v: _nccl_dtype(v) for v in pd.unique(c["datatype"])})
+    op = c["op"].map({v: str(v).lower() for v in pd.unique(c["op"])})
+    line = c["line"].astype("int64")
+    cnt = c["count"].astype("int64")
+
+    def txt(x: pd.Series) -> np.ndarray:
+        return np.asarray(x.astype(str), dtype=object)
+
+    hexes = np.array([format(x, "x") for x in seq.tolist()], dtype=object)
+    text = ("rank " + txt(rank) + " " + txt(c["op"]) + ": opCount " + hexes + " count " + txt(c["count"])
+            + " datatype " + txt(c["datatype"]))
+    df = pd.DataFrame({"source": "nccl_log", "group": "nccl:" + cid, "rank": rank, "seq": seq,
+                       "op": op, "numel_in": cnt, "numel_out": cnt, "dtype": dt, "done": None,
+                       "order": line, "file": log.path, "line": line, "text": pd.Series(text, index=c.index, dtype=object),
+                       "frame": ""}, columns=SEQ_COLUMNS)
+    return df.reset_index(drop=True)
+
+
+def _nccl_dtype(v: Any) -> str:
+    """NCCL's datatype number (as printed in COLL lines) → dtype name; anything else as text."""
+    s = str(v)
+    return NCCL_DTYPES.get(int(s), s) if s.lstrip("-").isdigit() else s
+
+
+def _rank_int(v: Any) -> int | None:
+    """An int rank 0 <= r < MAX_RANK from a Python/numpy int or integral float; None for anything else (bools too)."""
+    if isinstance(v, (bool, np.bool_)):
+        return None
+    if isinstance(v, (float, np.floating)):
+        if not np.isfinite(v) or not float(v).is_integer():
+            return None
+        v = int(v) if abs(v) < 2.0 ** 62 else -1
+    if isinstance(v, (int, np.integer)):
+        return int(v) if 0 <= v < MAX_RANK else None
+    return None
+
+
+def _ranks_ok(ranks: Any) -> set[int]:
+    """The members of a collection that are plausible ranks (0 <= r < MAX_RANK, not bool)."""
+    return {r for r in map(_rank_int, ranks) if r is not None}
 
 
 def _wd_rank(r: Any) -> int:
@@ -218,7 +277,9 @@ def gather(dumps: list, logs: list, world_size: int | None) -> HangInputs:
     s1, st1 = _fr_rows(dumps, groups, warnings)
     s2 = _nccl_rows(logs, groups)
     s3, st3, err = _watchdog_rows(logs, groups)
-    seqs = pd.DataFrame(s1 + s2 + s3, columns=SEQ_COLUMNS)
+    parts = [pd.DataFrame(s1, columns=SEQ_COLUMNS)] + s2 + [pd.DataFrame(s3, columns=SEQ_COLUMNS)]
+    parts = [x for x in parts if len(x)]
+    seqs = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=SEQ_COLUMNS)
     if not seqs.empty:  # the dump is the better witness of the same call than a watchdog line
         seqs["_pri"] = seqs["source"].map({"flight_recorder": 0, "nccl_log": 1, "watchdog": 2})
         seqs = seqs.sort_values(["_pri", "order"]).drop_duplicates(["group", "rank", "seq"]).drop(columns="_pri")
@@ -226,14 +287,23 @@ def gather(dumps: list, logs: list, world_size: int | None) -> HangInputs:
     status = pd.DataFrame(st1 + st3, columns=STATUS_COLUMNS)
     dump_ranks = {d.rank for d in dumps if d.rank is not None}
     log_ranks = _log_ranks(logs)
+    if world_size and not 0 < world_size <= MAX_RANK:
+        warnings.append(f"world size {world_size} is not in 1..{MAX_RANK}; ignored")
+        world_size = None
     world = set(range(world_size)) if world_size else set()
-    world |= dump_ranks | set(log_ranks) | set(seqs["rank"].astype(int)) | set(status["rank"].astype(int))
+    seen = dump_ranks | set(log_ranks) | set(pd.to_numeric(seqs["rank"], errors="coerce").dropna()) \
+        | set(pd.to_numeric(status["rank"], errors="coerce").dropna())
     for d in dumps:
         for cfg in d.pg_config.values():
             if cfg.get("ranks"):
-                world |= set(cfg["ranks"])
+                seen |= _ranks_ok(cfg["ranks"])
+    world |= _ranks_ok(seen)
     if not world_size and world:
-        world = set(range(max(world) + 1))
+        if max(world) < MAX_WORLD_FILL:  # ranks are dense: a gap is a rank that left nothing
+            world = set(range(max(world) + 1))
+        else:
+            warnings.append(f"highest rank seen is {max(world)}; the world is taken as the {len(world)} ranks seen "
+                            "(pass the world size to count ranks that left nothing)")
     _resolve_members(groups, seqs, status, world)
     seqs = _link_comms(seqs, groups, warnings)
     return HangInputs(seqs=seqs, status=status, groups=groups, world=world, dump_ranks=dump_ranks,

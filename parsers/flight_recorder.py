@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import json
+import math
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,7 +15,7 @@ import pandas as pd
 
 from parsers.collective_names import normalise_op as canonical_op
 from parsers.errors import InputError
-from parsers.safe_unpickle import MAX_PICKLE_BYTES, UnsafePickleError, safe_loads, salvage_loads
+from parsers.safe_unpickle import MAX_PICKLE_BYTES, UnsafePickleError, check_plain, safe_loads, salvage_loads
 
 ENTRY_COLUMNS = [
     "record_id", "pg_name", "pg_desc", "collective_seq_id", "p2p_seq_id", "op_id", "profiling_name", "op",
@@ -26,6 +28,10 @@ INT_COLUMNS = ["record_id", "collective_seq_id", "p2p_seq_id", "op_id", "peer", 
 _PEER = re.compile(r"(\d+)\s*(->|<-)\s*(\d+)")
 _RANK_SUFFIX = re.compile(r"(\d+)(?:\.(?:json|pkl|pickle|bin))?$")
 _TORCH_FRAME = re.compile(r"(?:^|[/\\])(?:torch|site-packages|dist-packages)[/\\]|^<frozen |^<string>")
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+MAX_RANK = 1 << 20  # ranks (and peers) outside 0 <= rank < MAX_RANK are not believed
+MAX_TEXT_NODES = 100_000  # sizes / dtypes / names longer than this many values are not serialised
+MAX_TEXT_DEPTH = 32
 
 
 @dataclass
@@ -53,37 +59,137 @@ def normalise_op(profiling_name: str) -> tuple[str, int]:
     op = canonical_op(word)
     if op == "unknown":  # keep an unfamiliar name distinct, so two different unknown ops still mismatch
         op = re.sub(r"[^a-z]", "", word.lower()) or "unknown"
-    if m and op in ("send", "recv"):
-        peer = int(m.group(3))  # "send 1->2": peer 2; "recv 3<-0": peer 0
+    if m and op in ("send", "recv") and len(m.group(3)) <= 7 and int(m.group(3)) < MAX_RANK:
+        peer = int(m.group(3))  # "send 1->2": peer 2; "recv 3<-0": peer 0; an impossible peer stays -1
     return op, peer
 
 
-def _numel(sizes: Any) -> int:
-    """Sum over tensors of the product of their sizes; -1 when the sizes are unreadable."""
-    if not isinstance(sizes, (list, tuple)):
-        return -1
-    total = 0
-    for shape in sizes:
-        if not isinstance(shape, (list, tuple)):
-            return -1
+def to_int64(v: Any, default: int = -1) -> tuple[int, bool]:
+    """(int value, rejected): ints, integral floats and numeric strings within int64; else (default, True/False).
+
+    `rejected` is True for a number that cannot be an int64 (inf, nan, 1e30, 10**30, a 5000-digit string), so a
+    caller can count it; None and non-numeric values give (default, False).
+    """
+    if v is None:
+        return default, False
+    if isinstance(v, bool):
+        return int(v), False
+    if isinstance(v, (bytes, bytearray)):
+        v = bytes(v).decode("ascii", "replace")
+    if isinstance(v, str):
+        t = v.strip()
         try:
-            total += int(np.prod([int(d) for d in shape], dtype=np.int64)) if shape else 1
-        except (TypeError, ValueError):
-            return -1
-    return total
+            v = int(t) if len(t) <= 40 else float(t)  # long digit strings: float() says inf/huge, never slow
+        except ValueError:
+            try:
+                v = float(t)
+            except ValueError:
+                return default, False
+    if isinstance(v, float):
+        if not math.isfinite(v) or not INT64_MIN <= v < 2.0 ** 63:
+            return default, True
+        return int(v), False
+    if isinstance(v, int):
+        return (v, False) if INT64_MIN <= v <= INT64_MAX else (default, True)
+    return default, False
 
 
 def _int(v: Any, default: int = -1) -> int:
-    """Best-effort int (dumps store numbers as ints, strings, or None)."""
-    if v is None or isinstance(v, bool):
-        return default if v is None else int(v)
-    try:
-        return int(v)
-    except (TypeError, ValueError):
+    """Best-effort int64 (dumps store numbers as ints, strings, or None); `default` when unreadable or out of range."""
+    return to_int64(v, default)[0]
+
+
+def valid_rank(v: Any) -> int | None:
+    """A rank as an int in 0 <= rank < MAX_RANK (ints, integral floats, digit strings); None otherwise (bools too)."""
+    if isinstance(v, bool) or v is None:
+        return None
+    if isinstance(v, str) and not v.strip().isdigit():
+        return None
+    r, bad = to_int64(v, -1)
+    if bad or (isinstance(v, float) and not v.is_integer()):
+        return None
+    return r if 0 <= r < MAX_RANK else None
+
+
+class _Reader:
+    """Per-file conversions that count the values they had to reject (reported as one warning per file)."""
+
+    def __init__(self) -> None:
+        self.rejected: Counter[str] = Counter()
+
+    def int(self, v: Any, what: str, default: int = -1) -> int:
+        """Range-checked int64; an out-of-range value counts against `what` and yields `default`."""
+        x, bad = to_int64(v, default)
+        if bad:
+            self.rejected[what] += 1
+        return x
+
+    def numel(self, sizes: Any, what: str) -> int:
+        """Sum over tensors of the product of their sizes; -1 when unreadable or beyond int64 (counted)."""
+        if not isinstance(sizes, (list, tuple)):
+            return -1
+        total = 0
+        for shape in sizes:
+            if not isinstance(shape, (list, tuple)):
+                return -1
+            n = 1
+            for d in shape:
+                if not isinstance(d, (str, bytes, int, float)):
+                    return -1
+                x, bad = to_int64(d, None)
+                if x is None and not bad:
+                    return -1
+                if bad or abs(n * x) > INT64_MAX:
+                    self.rejected[what] += 1
+                    return -1
+                n *= x
+            total += n
+            if abs(total) > INT64_MAX:
+                self.rejected[what] += 1
+                return -1
+        return total
+
+    def text(self, v: Any, what: str, as_json: bool = False) -> str:
+        """str(v) (or JSON text) of a value; '' (counted) for one too large or too deep to write out."""
+        if isinstance(v, str):
+            return json.dumps(v) if as_json else v
+        if isinstance(v, (bytes, bytearray)) and not as_json:
+            return bytes(v).decode("utf-8", "replace")
+        if not _small(v):
+            self.rejected[what] += 1
+            return ""
         try:
-            return int(float(v))
-        except (TypeError, ValueError):
-            return default
+            return json.dumps(v, default=str) if as_json else str(v)
+        except (ValueError, TypeError, RecursionError):
+            self.rejected[what] += 1
+            return ""
+
+    def warning(self, p: str) -> str | None:
+        """One line naming the file and how many values of which fields were rejected; None when none were."""
+        if not self.rejected:
+            return None
+        parts = ", ".join(f"{k} x{n}" for k, n in sorted(self.rejected.items()))
+        return (f"{p}: {sum(self.rejected.values())} values out of range or too large to use were read as unknown "
+                f"(-1 / empty): {parts}")
+
+
+def _small(v: Any, max_nodes: int = MAX_TEXT_NODES, max_depth: int = MAX_TEXT_DEPTH) -> bool:
+    """True when walking `v` visits at most max_nodes nodes (shared references counted each time) and depth."""
+    n = 0
+    stack = [(v, 0)]
+    while stack:
+        o, d = stack.pop()
+        n += 1
+        if n > max_nodes or d > max_depth:
+            return False
+        if isinstance(o, dict):
+            stack.extend((x, d + 1) for x in o.keys())
+            stack.extend((x, d + 1) for x in o.values())
+        elif isinstance(o, (list, tuple, set, frozenset)):
+            if n + len(o) > max_nodes:
+                return False
+            stack.extend((x, d + 1) for x in o)
+    return True
 
 
 def parse_ranks(v: Any) -> list[int] | None:
@@ -91,61 +197,74 @@ def parse_ranks(v: Any) -> list[int] | None:
     if v is None:
         return None
     if isinstance(v, (list, tuple, set, frozenset)):
+        if any(isinstance(x, bool) for x in v):
+            return None
         try:
             return sorted(int(x) for x in v)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             return None
     if isinstance(v, (bytes, str)):
         s = v.decode("utf-8", "replace") if isinstance(v, bytes) else v
         nums = re.findall(r"-?\d+", s)
         if not nums and s.strip() not in ("[]", ""):
             return None
-        return [int(x) for x in nums]
+        try:
+            return [int(x) for x in nums]
+        except ValueError:  # a number with thousands of digits
+            return None
     return None
 
 
-def top_user_frame(frames: Any) -> str:
+def top_user_frame(frames: Any, reader: _Reader | None = None) -> str:
     """'file:line name' of the innermost frame outside torch / site-packages; '' if none."""
     if not isinstance(frames, (list, tuple)):
         return ""
+    rd = reader or _Reader()
     for f in frames:  # Flight Recorder lists the innermost frame first
         if not isinstance(f, dict):
             continue
-        fn = str(f.get("filename", ""))
+        fn = rd.text(f.get("filename", ""), "frames")
         if fn and not _TORCH_FRAME.search(fn):
-            return f"{fn}:{_int(f.get('line'))} {f.get('name', '')}"
+            return f"{fn}:{rd.int(f.get('line'), 'frames')} {rd.text(f.get('name', ''), 'frames')}"
     return ""
 
 
-def _entry_row(e: dict, pg_names: dict[str, str]) -> dict[str, Any]:
-    """One entry dict → one table row."""
+def _entry_row(e: dict, pg_names: dict[str, str], rd: _Reader) -> dict[str, Any]:
+    """One entry dict → one table row (every number range-checked, every text bounded)."""
     pg = e.get("process_group")
     if isinstance(pg, (list, tuple)) and pg:
-        pg_name, pg_desc = str(pg[0]), str(pg[1]) if len(pg) > 1 else ""
+        pg_name, pg_desc = rd.text(pg[0], "process_group"), rd.text(pg[1], "process_group") if len(pg) > 1 else ""
     else:
-        pg_name = str(e.get("pg_id", pg if isinstance(pg, str) else ""))
+        pg_name = rd.text(e.get("pg_id", pg if isinstance(pg, str) else ""), "pg_id")
         pg_desc = pg_names.get(pg_name, "")
-    prof = str(e.get("profiling_name", ""))
+    prof = rd.text(e.get("profiling_name", ""), "profiling_name")
     op, peer = normalise_op(prof)
+    if peer < 0 and op in ("send", "recv") and _PEER.search(prof):
+        rd.rejected["peer"] += 1
     is_p2p = bool(e.get("is_p2p", op in ("send", "recv")))
     ins, outs = e.get("input_sizes"), e.get("output_sizes")
-    started = _int(e.get("time_discovered_started_ns"), -1)
-    completed = _int(e.get("time_discovered_completed_ns"), -1)
+    started = rd.int(e.get("time_discovered_started_ns"), "time_discovered_started_ns")
+    completed = rd.int(e.get("time_discovered_completed_ns"), "time_discovered_completed_ns")
 
-    def dts(v: Any) -> str:
-        return ",".join(str(x) for x in v) if isinstance(v, (list, tuple)) else ("" if v is None else str(v))
+    def dts(v: Any, what: str) -> str:
+        if isinstance(v, (list, tuple)) and _small(v):
+            return ",".join(rd.text(x, what) for x in v)
+        return "" if v is None else rd.text(v, what)
 
     return {
-        "record_id": _int(e.get("record_id")), "pg_name": pg_name, "pg_desc": pg_desc,
-        "collective_seq_id": _int(e.get("collective_seq_id")), "p2p_seq_id": _int(e.get("p2p_seq_id")),
-        "op_id": _int(e.get("op_id")), "profiling_name": prof, "op": op, "peer": peer, "is_p2p": is_p2p,
-        "input_numel": _numel(ins), "output_numel": _numel(outs),
-        "input_sizes": json.dumps(ins, default=str), "output_sizes": json.dumps(outs, default=str),
-        "input_dtypes": dts(e.get("input_dtypes")), "output_dtypes": dts(e.get("output_dtypes")),
-        "state": str(e.get("state", "")),
-        "time_created_ns": _int(e.get("time_created_ns")),
+        "record_id": rd.int(e.get("record_id"), "record_id"), "pg_name": pg_name, "pg_desc": pg_desc,
+        "collective_seq_id": rd.int(e.get("collective_seq_id"), "collective_seq_id"),
+        "p2p_seq_id": rd.int(e.get("p2p_seq_id"), "p2p_seq_id"),
+        "op_id": rd.int(e.get("op_id"), "op_id"), "profiling_name": prof, "op": op, "peer": peer, "is_p2p": is_p2p,
+        "input_numel": rd.numel(ins, "input_sizes"), "output_numel": rd.numel(outs, "output_sizes"),
+        "input_sizes": rd.text(ins, "input_sizes", as_json=True),
+        "output_sizes": rd.text(outs, "output_sizes", as_json=True),
+        "input_dtypes": dts(e.get("input_dtypes"), "input_dtypes"),
+        "output_dtypes": dts(e.get("output_dtypes"), "output_dtypes"),
+        "state": rd.text(e.get("state", ""), "state"),
+        "time_created_ns": rd.int(e.get("time_created_ns"), "time_created_ns"),
         "time_started_ns": started if started > 0 else -1, "time_completed_ns": completed if completed > 0 else -1,
-        "timeout_ms": _int(e.get("timeout_ms")), "top_frame": top_user_frame(e.get("frames")),
+        "timeout_ms": rd.int(e.get("timeout_ms"), "timeout_ms"), "top_frame": top_user_frame(e.get("frames"), rd),
     }
 
 
@@ -163,7 +282,7 @@ def entries_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
 def rank_from_name(path: str | Path) -> int | None:
     """Rank from a file-name suffix: nccl_trace_rank_3, fr_3.json → 3."""
     m = _RANK_SUFFIX.search(Path(path).name)
-    return int(m.group(1)) if m else None
+    return valid_rank(m.group(1)) if m else None
 
 
 def looks_like_fr_dump(head: bytes) -> bool:
@@ -187,6 +306,10 @@ def _decode(path: str, data: bytes, warnings: list[str]) -> tuple[Any, str]:
             raise InputError(path, f"pickle refused: {exc}") from None
         except Exception as exc:  # noqa: BLE001 - truncated or corrupt: try salvage
             obj, reason = salvage_loads(data)
+            try:
+                check_plain(obj)
+            except UnsafePickleError as exc2:
+                raise InputError(path, f"pickle refused: {exc2}") from None
             if isinstance(obj, dict) and ("entries" in obj or "pg_config" in obj or "version" in obj):
                 warnings.append(f"{path}: pickle unreadable as a whole ({type(exc).__name__}: {exc}); "
                                 f"salvaged what was complete: {reason}")
@@ -194,14 +317,23 @@ def _decode(path: str, data: bytes, warnings: list[str]) -> tuple[Any, str]:
             raise InputError(path, f"not a readable Flight Recorder pickle ({type(exc).__name__}: {exc})") from None
     if data.lstrip()[:1] == b"{":
         try:
-            return orjson.loads(data), "json"
+            obj = orjson.loads(data)
         except orjson.JSONDecodeError as exc:
-            obj = _salvage_json(data)
-            if obj is not None:
-                warnings.append(f"{path}: JSON cut off or corrupt ({exc}); salvaged {len(obj['entries'])} "
-                                f"complete entries")
-                return obj, "json"
-            raise InputError(path, f"not readable JSON: {exc}") from None
+            if "recursion" in str(exc).lower():
+                raise InputError(path, "JSON nesting too deep (more than 1024 levels)") from None
+            try:
+                obj = _salvage_json(data)
+            except RecursionError:
+                raise InputError(path, "JSON nesting too deep to read") from None
+            if obj is None:
+                raise InputError(path, f"not readable JSON: {exc}") from None
+            warnings.append(f"{path}: JSON cut off or corrupt ({exc}); salvaged {len(obj['entries'])} "
+                            f"complete entries")
+        try:
+            check_plain(obj)
+        except UnsafePickleError as exc:
+            raise InputError(path, f"JSON refused: {exc}") from None
+        return obj, "json"
     raise InputError(path, "neither a pickle nor a JSON Flight Recorder dump (binary or unknown content)")
 
 
@@ -256,14 +388,15 @@ def load_dump(path: str | Path, max_bytes: int = MAX_PICKLE_BYTES) -> FlightReco
     obj, fmt = _decode(p, data, warnings)
     if not isinstance(obj, dict):
         raise InputError(p, f"top level is a {type(obj).__name__}, not a Flight Recorder dict")
-    version = str(obj.get("version", ""))
+    rd = _Reader()
+    version = rd.text(obj.get("version", ""), "version")
     if not version:
         warnings.append(f"{p}: no 'version' key")
     elif _version_tuple(version)[:1] != (2,):
         warnings.append(f"{p}: Flight Recorder version {version} is not 2.x; reading it as 2.x")
 
-    pg_config, pg_names = _read_pg_config(p, obj.get("pg_config"), warnings)
-    pg_status = _read_pg_status(p, obj.get("pg_status"), warnings)
+    pg_config, pg_names = _read_pg_config(p, obj.get("pg_config"), warnings, rd)
+    pg_status = _read_pg_status(p, obj.get("pg_status"), warnings, rd)
     raw = obj.get("entries", [])
     if not isinstance(raw, list):
         warnings.append(f"{p}: 'entries' is a {type(raw).__name__}, not a list; no entries read")
@@ -271,7 +404,7 @@ def load_dump(path: str | Path, max_bytes: int = MAX_PICKLE_BYTES) -> FlightReco
     rows, bad = [], 0
     for e in raw:
         if isinstance(e, dict) and ("collective_seq_id" in e or "profiling_name" in e):
-            rows.append(_entry_row(e, pg_names))
+            rows.append(_entry_row(e, pg_names, rd))
         else:
             bad += 1
     if bad:
@@ -281,18 +414,24 @@ def load_dump(path: str | Path, max_bytes: int = MAX_PICKLE_BYTES) -> FlightReco
         warnings.append(f"{p}: no 'entries' key (collectives not included in the dump)")
 
     rank, source = None, "none"
-    if "rank" in obj and _int(obj.get("rank")) >= 0:
-        rank, source = _int(obj.get("rank")), "dump"
+    raw_rank = obj.get("rank")
+    if (r := valid_rank(raw_rank)) is not None:
+        rank, source = r, "dump"
     elif (r := rank_from_name(p)) is not None:
         rank, source = r, "filename"
     else:
-        warnings.append(f"{p}: rank unknown (no 'rank' key, no numeric file-name suffix)")
+        warnings.append(f"{p}: rank unknown (no usable 'rank' key, no numeric file-name suffix)")
+    if raw_rank is not None and source != "dump":
+        warnings.append(f"{p}: 'rank' {rd.text(raw_rank, 'rank')[:40]!r} is not a rank (an integer 0 <= rank < "
+                        f"{MAX_RANK}); " + (f"using the file-name rank {rank}" if rank is not None else "ignored"))
+    if (w := rd.warning(p)) is not None:
+        warnings.append(w)
     _check_wrap(p, entries, warnings)
     return FlightRecorderDump(path=p, rank=rank, version=version, pg_config=pg_config, pg_status=pg_status,
                               entries=entries, warnings=warnings, rank_source=source, format=fmt)
 
 
-def _read_pg_config(p: str, cfg: Any, warnings: list[str]) -> tuple[dict, dict[str, str]]:
+def _read_pg_config(p: str, cfg: Any, warnings: list[str], rd: _Reader) -> tuple[dict, dict[str, str]]:
     """pg_config → {pg_name: {desc, ranks (list or None)}}, skipping the empty '' placeholder gloo writes."""
     out: dict[str, dict[str, Any]] = {}
     names: dict[str, str] = {}
@@ -306,16 +445,20 @@ def _read_pg_config(p: str, cfg: Any, warnings: list[str]) -> tuple[dict, dict[s
         if not isinstance(v, dict):
             warnings.append(f"{p}: pg_config[{key!r}] is not a dict; ignored")
             continue
-        name = str(v.get("name", key) or key)
+        key = rd.text(key, "pg_config")
+        name = rd.text(v.get("name", key) or key, "pg_config")
         ranks = parse_ranks(v.get("ranks"))
         if v.get("ranks") is not None and ranks is None:
-            warnings.append(f"{p}: pg_config[{key!r}] ranks {v.get('ranks')!r} unreadable")
-        out[name] = {"desc": str(v.get("desc", "") or ""), "ranks": ranks}
+            warnings.append(f"{p}: pg_config[{key!r}] ranks {rd.text(v.get('ranks'), 'pg_config')[:200]} unreadable")
+        elif ranks and not all(0 <= x < MAX_RANK for x in ranks):
+            warnings.append(f"{p}: pg_config[{key!r}] lists ranks outside 0..{MAX_RANK - 1}; membership ignored")
+            ranks = None
+        out[name] = {"desc": rd.text(v.get("desc", "") or "", "pg_config"), "ranks": ranks}
         names[name] = out[name]["desc"]
     return out, names
 
 
-def _read_pg_status(p: str, st: Any, warnings: list[str]) -> dict[str, dict[str, int]]:
+def _read_pg_status(p: str, st: Any, warnings: list[str], rd: _Reader) -> dict[str, dict[str, int]]:
     """pg_status → {pg_name: {last_enqueued, last_started, last_completed}} as ints (-1 unknown)."""
     out: dict[str, dict[str, int]] = {}
     if st is None:
@@ -325,8 +468,8 @@ def _read_pg_status(p: str, st: Any, warnings: list[str]) -> dict[str, dict[str,
         return out
     for pg, v in st.items():
         if isinstance(v, dict):
-            out[str(pg)] = {k: _int(v.get(f"{k}_collective", v.get(k))) for k in
-                            ("last_enqueued", "last_started", "last_completed")}
+            out[rd.text(pg, "pg_status")] = {k: rd.int(v.get(f"{k}_collective", v.get(k)), "pg_status")
+                                             for k in ("last_enqueued", "last_started", "last_completed")}
     return out
 
 

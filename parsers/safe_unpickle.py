@@ -9,6 +9,7 @@ Two readers:
 from __future__ import annotations
 
 import io
+import itertools
 import pickle
 import pickletools
 from typing import Any
@@ -31,27 +32,64 @@ class RestrictedUnpickler(pickle.Unpickler):
         raise UnsafePickleError("refused persistent id (dumps hold plain data only)")
 
 
-def check_plain(obj: Any, max_nodes: int = 50_000_000) -> None:
-    """Raise UnsafePickleError unless `obj` is a tree of plain containers and scalars (shared refs visited once)."""
-    seen: set[int] = set()
-    stack = [obj]
-    n = 0
-    while stack:
-        o = stack.pop()
-        if not isinstance(o, PLAIN_TYPES) or type(o) not in PLAIN_TYPES:
+_CONTAINERS = (dict, list, tuple, set, frozenset)
+MAX_DEPTH = 100
+
+
+def _children(o: Any) -> Any:
+    """Iterator over a container's members (a dict's keys, then its values)."""
+    return itertools.chain(o.keys(), o.values()) if isinstance(o, dict) else iter(o)
+
+
+def check_plain(obj: Any, max_nodes: int = 50_000_000, max_depth: int = MAX_DEPTH) -> int:
+    """Raise UnsafePickleError unless `obj` is a bounded tree of plain containers and scalars; return its size.
+
+    The size counts every node as often as it would be visited when the object is walked or serialised, so a
+    shared container repeated at every level (a 'billion laughs' pickle: 800 bytes, 10**10 leaves) is refused
+    here; each distinct container's expanded size is computed once, so this costs one pass over the distinct
+    objects. Reference cycles and nesting deeper than `max_depth` are refused too.
+    """
+    def kind(o: Any) -> None:
+        if type(o) not in PLAIN_TYPES:
             raise UnsafePickleError(f"unexpected object type {type(o).__name__} in pickle")
-        if isinstance(o, (dict, list, tuple, set, frozenset)):
-            if id(o) in seen:
+
+    kind(obj)
+    if not isinstance(obj, _CONTAINERS):
+        return 1
+    total: dict[int, int] = {}
+    active = {id(obj)}
+    stack: list[tuple[Any, Any, list[int]]] = [(obj, _children(obj), [1])]
+    while stack:
+        o, it, acc = stack[-1]
+        for c in it:
+            kind(c)
+            if not isinstance(c, _CONTAINERS):
+                acc[0] += 1
                 continue
-            seen.add(id(o))
-            n += len(o)
-            if n > max_nodes:
-                raise UnsafePickleError("pickle holds too many objects")
-            if isinstance(o, dict):
-                stack.extend(o.keys())
-                stack.extend(o.values())
-            else:
-                stack.extend(o)
+            k = id(c)
+            if k in total:
+                acc[0] += total[k]
+                if acc[0] > max_nodes:
+                    raise UnsafePickleError(f"pickle expands to more than {max_nodes} objects through repeated "
+                                            "shared references (a 'pickle bomb')")
+                continue
+            if k in active:
+                raise UnsafePickleError("pickle holds a container that contains itself (reference cycle)")
+            if len(stack) >= max_depth:
+                raise UnsafePickleError(f"nesting too deep (more than {max_depth} levels)")
+            active.add(k)
+            stack.append((c, _children(c), [1]))
+            break
+        else:
+            stack.pop()
+            active.discard(id(o))
+            total[id(o)] = acc[0]
+            if acc[0] > max_nodes:
+                raise UnsafePickleError(f"pickle expands to more than {max_nodes} objects through repeated "
+                                        "shared references (a 'pickle bomb')")
+            if stack:
+                stack[-1][2][0] += acc[0]
+    return total[id(obj)]
 
 
 def safe_loads(data: bytes) -> Any:
