@@ -88,7 +88,15 @@ def low_overlap(ctx: Context) -> Iterator[Finding]:
     if low:
         worst = min(low, key=low.get)
         ev.append(Evidence(f"lowest: rank {worst} at {pct(low[worst])}; {len(low)} rank(s) below target"))
+    fix = ""
+    if not tp and not pipeline and cov < 0.05:  # nothing at all overlaps: the reduction starts after backward
+        fix = ("Nothing overlaps: the gradient reduction only starts once backward has finished. With DDP the "
+               "gradients then fit in one or two buckets, or something delays the hooks (a manual all_reduce "
+               "after backward, find_unused_parameters=True, no_sync on every step): lower bucket_cap_mb (e.g. "
+               "25 → 5-10 MB) so the first buckets are ready early in backward, and let DDP's hooks reduce; "
+               "with FSDP use backward_prefetch=BACKWARD_PRE.")
     yield Finding(title=f"Only {pct(cov)} of communication overlaps compute ({pct(exposed)} of step time exposed)",
+                  fix=fix,
                   severity="warning" if severe else "info", confidence=0.8 if severe else 0.6, evidence=ev,
                   cost=exposed, subject=Subject(ranks=sorted(low), process_group=None if g is None else
                                                 str(g.get("name"))),

@@ -359,3 +359,14 @@ def test_pipe002_counts_model_chunks_for_interleaved_schedules():
     f = next(f for f in collect_findings(report) if f.id == "PIPE002")
     assert f.cost == pytest.approx(3 / 11 - 3 / 35)
     assert "8.6%" in f.evidence[0].text and "already interleaved" in f.fix
+
+
+def test_comm001_zero_overlap_fix_points_at_smaller_buckets():
+    from rules.engine import collect_findings
+    report = {"job": {"summary": {"overlap_coverage": 0.0, "exposed_comm_share": 0.5, "comm_share": 0.5},
+                      "ranks": [0, 1]}}
+    f = next(f for f in collect_findings(report) if f.id == "COMM001")
+    assert f.fix.startswith("Nothing overlaps") and "lower bucket_cap_mb" in f.fix
+    report["job"]["summary"]["overlap_coverage"] = 0.5
+    f = next(f for f in collect_findings(report) if f.id == "COMM001")
+    assert not f.fix.startswith("Nothing overlaps")
