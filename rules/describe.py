@@ -60,3 +60,25 @@ def threshold_table() -> str:
         t = THRESHOLDS[name]
         lines.append(f"| `{t.name}` | {_fmt(t.default)} | {t.unit} | {t.doc} |")
     return "\n".join(lines) + "\n"
+
+
+def markdown_catalog() -> str:
+    """docs/rules.md's per-rule sections: rationale, thresholds, how to confirm, fix, consequences (generated)."""
+    out = []
+    for r in sorted_rules():
+        out += [f"### {r.id} — {r.title} ({r.severity})", "", r.doc, ""]
+        if r.thresholds:
+            out += ["Thresholds: " + ", ".join(f"`{t.name}` = {_fmt(t.default)} {t.unit}" for t in r.thresholds)
+                    + ".", ""]
+        if r.confirm:
+            out += [f"*Confirm:* {r.confirm}", ""]
+        if r.fix:
+            out += [f"*Fix:* {r.fix}", ""]
+        if r.explains:
+            out += [f"*Lists as consequences:* {', '.join(r.explains)}.", ""]
+    return "\n".join(out)
+
+
+def rules_doc_sections() -> dict[str, str]:
+    """The generated parts of docs/rules.md, by the heading they follow."""
+    return {"## Rules": markdown_table(), "## Thresholds": threshold_table(), "## Catalog": markdown_catalog()}

@@ -198,3 +198,12 @@ def test_network_finding_does_not_swallow_a_compute_straggler():
     assert [f.id for f in attach_consequences([net, compute])] == ["NET002", "LOAD001"]
     out = attach_consequences([net, link])
     assert [f.id for f in out] == ["NET002"] and out[0].consequences[0]["id"] == "LOAD001"
+
+
+def test_rules_doc_holds_the_generated_table_thresholds_and_catalog():
+    """docs/rules.md never drifts from the registry: its table, thresholds and per-rule sections are generated."""
+    from rules.describe import rules_doc_sections
+    doc = (Path(__file__).resolve().parent.parent / "docs/rules.md").read_text(encoding="utf-8")
+    for heading, body in rules_doc_sections().items():
+        assert heading + "\n" in doc
+        assert body.strip() in doc, f"docs/rules.md section {heading} is stale: regenerate it from rules.describe"
