@@ -209,6 +209,6 @@ def parse_threshold(text: str) -> tuple[str, float]:
         raise ValueError(f"expected NAME=VALUE with NAME one of {', '.join(DEFAULT_THRESHOLDS)}; got {text!r}")
     value = value.strip()
     v: Any = float(value[:-1]) / 100 if value.endswith("%") else float(value)
-    if v < 0:
-        raise ValueError(f"threshold must be >= 0: {text!r}")
+    if not (0 <= v < float("inf")):  # also refuses NaN, which would silently disable the check
+        raise ValueError(f"threshold must be a finite number >= 0: {text!r}")
     return name, v

@@ -29,6 +29,17 @@ exit codes (docs/exit-codes.md):
 """
 
 
+def _positive_int(text: str) -> int:
+    """argparse type: an integer >= 1 (a worker count, GPUs per node)."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
+    return n
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (rule options are added by rules.config)."""
     p = argparse.ArgumentParser(
@@ -53,8 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
     base.add_argument("--regression-threshold", metavar="NAME=VALUE", action="append", default=[],
                       help="override a regression threshold, e.g. step_time=0.1 or busbw=20%% "
                            "(defaults in docs/json-schema.md)")
-    p.add_argument("--jobs", type=int, default=None, help="worker processes for parsing (default: all cores)")
-    p.add_argument("--gpus-per-node", type=int, default=None,
+    p.add_argument("--jobs", type=_positive_int, default=None,
+                   help="worker processes for parsing (default: all cores)")
+    p.add_argument("--gpus-per-node", type=_positive_int, default=None,
                    help="hosts from rank // N when neither traces nor logs name them (as TraceLens does)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress output on stderr")
     p.add_argument("--version", action="version", version=f"analyze {__version__}")

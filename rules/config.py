@@ -59,12 +59,18 @@ def _parse_threshold(name: str, value: Any, where: str) -> tuple[str, float]:
     key = str(name).strip().lower().replace("-", "_")
     if key not in THRESHOLDS:
         raise ConfigError(f"{where}: unknown threshold {name!r} (known: {', '.join(sorted(THRESHOLDS))})")
+    if isinstance(value, bool):
+        raise ConfigError(f"{where}: threshold {key} needs a number, got {value!r}")
     try:
         num = float(value)
     except (TypeError, ValueError):
         raise ConfigError(f"{where}: threshold {key} needs a number, got {value!r}") from None
-    if num != num:
-        raise ConfigError(f"{where}: threshold {key} is NaN")
+    if not (-float("inf") < num < float("inf")):
+        raise ConfigError(f"{where}: threshold {key} must be a finite number, got {value!r}")
+    if num < 0:
+        raise ConfigError(f"{where}: threshold {key} must not be negative, got {value!r}")
+    if THRESHOLDS[key].unit == "fraction" and num > 1:
+        raise ConfigError(f"{where}: threshold {key} is a fraction between 0 and 1, got {value!r}")
     return key, num
 
 

@@ -119,3 +119,22 @@ def test_colour_and_progress_only_on_a_terminal(monkeypatch):
     assert progress_printer(False, _Tty(False)) is None
     monkeypatch.setenv("CI", "true")
     assert progress_printer(False, _Tty(True)) is None
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--jobs", "0"], "--jobs: must be at least 1"),
+    (["--gpus-per-node", "-2"], "--gpus-per-node: must be at least 1"),
+    (["--baseline", "fixtures/sim/ddp_clean", "--regression-threshold", "step_time=nan"], "finite number"),
+    (["--threshold", "dp_overlap_min=inf"], "must be a finite number"),
+    (["--threshold", "dp_overlap_min=1.5"], "fraction between 0 and 1"),
+    (["--threshold", "idle_share_max=-0.1"], "must not be negative"),
+])
+def test_bad_numeric_options_exit_2(args, message, capsys):
+    root = Path(__file__).resolve().parent.parent
+    args = [str(root / a) if a.startswith("fixtures/") else a for a in args]
+    try:
+        code = main([str(root / "fixtures/sim/ddp_clean"), "-q", *args])
+    except SystemExit as exc:  # argparse's own errors exit from inside main
+        code = exc.code
+    assert code == 2
+    assert message in capsys.readouterr().err
