@@ -124,6 +124,12 @@ def _analyse(job: Job, gpus_per_node: Optional[int]) -> CrossRank:
     return CrossRank(hosts, al, inst, members, expected, keys.method, unmatched, declared)
 
 
+def group_order(name: object) -> tuple:
+    """Sort key for process-group names: numbers numerically (2 before 10), then the others by name."""
+    n = str(name)
+    return (not n.isdigit(), int(n) if n.isdigit() else 0, n)
+
+
 def _groups_section(job: Job, cr: CrossRank) -> list[dict]:
     """Process groups: members, hosts spanned, span, inferred role with evidence, op counts."""
     inst = cr.instances
@@ -133,7 +139,7 @@ def _groups_section(job: Job, cr: CrossRank) -> list[dict]:
                          if s >= 0]))
     pos = _first_positions(job, cr)
     out = []
-    for name in sorted(names, key=lambda n: (not str(n).isdigit(), int(n) if str(n).isdigit() else 0, str(n))):
+    for name in sorted(names, key=group_order):
         g = cr.groups.get(name)
         ranks = list(g.ranks) if g is not None and g.ranks else \
             cr.expected.get(("collective", name)) or sorted(set(cr.members.loc[cr.members["process_group"] == name,
@@ -234,6 +240,7 @@ def cross_rank_section(job: Job, gpus_per_node: Optional[int] = None) -> dict:
                        "mean_algbw_gbps": _nanmean(g["algbw_gbps"]),
                        "link_class": _link_class(job, span_of.get(pg, "unknown")),
                        "crossed_hosts": bool(g["crossed_hosts"].any()) if cr.hosts.known else None})
+        by.sort(key=lambda row: (group_order(row["process_group"]), str(row["op"])))
         wait = mem.groupby("rank")["wait_ns"].agg(["sum", "mean"])
         section["collectives"] = {
             "instances": int(len(inst)), "matched": int(inst["complete"].sum()),

@@ -114,7 +114,7 @@ def _steps(report: dict) -> list[str]:
              ms(r.get("compute_us")), ms(r.get("comm_us")), ms(r.get("exposed_comm_us")),
              pct(r.get("overlap_coverage")), pct(r.get("comm_share")), ms(r.get("idle_us"))] for r in rows]
     return ["", "### Per-rank step table (ms)", ""] + md_table(
-        ["rank", "step", "step", "compute", "comm", "exposed comm", "overlap", "comm share", "idle"], body,
+        ["rank", "step", "step ms", "compute", "comm", "exposed comm", "overlap", "comm share", "idle"], body,
         "per rank and step")
 
 
