@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+import numpy as np
 import pandas as pd
 
 from analyzer.hang_inputs import Group, HangInputs, gather
@@ -242,30 +243,72 @@ def _refine_by_alignment(v: _GroupView, s: int, d: HangDiagnosis) -> None:
                    "and moved on to the next ones (a conditional collective, or an uneven number of buckets/batches)")
 
 
+def _completed_all(v: _GroupView, r: int) -> bool:
+    """True when rank r's own records say it completed every collective it issued in this group."""
+    df = v.rows.get(r)
+    if df is not None and not df["done"].map(lambda x: x is True or x is np.True_).all():
+        return False
+    st = v.status.get(r)
+    if st is not None:
+        return int(st.last_completed) >= 0 and int(st.last_completed) >= v.max_enq[r]
+    return df is not None
+
+
+def _timed_out(v: _GroupView, inp: HangInputs) -> bool:
+    """True when a watchdog timeout was logged in this group or by one of its present ranks."""
+    e = inp.errors
+    if e.empty:
+        return False
+    t = e[e["kind"] == "timeout"]
+    return bool(((t["group"].astype(str) == v.g.key) | t["rank"].isin(v.present)).any())
+
+
 def _absent_rank_diag(v: _GroupView, absent: list[int], inp: HangInputs) -> HangDiagnosis | None:
-    """Members with no data at all while the others stopped at a common seq: a crashed rank (no dump/log)."""
+    """Members with no data at all while the others wait: a crashed rank (no dump/log).
+
+    The others' wait point is the first seq a waiting rank did not complete (status `last_completed + 1` of a
+    rank that enqueued more than it completed), else the last seq they share. When every present rank completed
+    everything it issued and nothing timed out, nobody is seen waiting: only a warning that members left no data.
+    """
     if not v.rows:
+        return None
+    if all(_completed_all(v, r) for r in v.present) and not _timed_out(v, inp):
+        upto = ", ".join(f"rank {r} through seq {v.max_enq[r]}" for r in v.present)
+        inp.warnings.append(f"group {v.g.key} ({v.g.desc}): rank(s) {sorted(absent)} left no Flight Recorder dump "
+                            f"or record; the others completed every collective they issued ({upto}) and nothing "
+                            "timed out, so there is no sign of a hang in this group")
         return None
     last = {r: int(df["seq"].max()) for r, df in v.rows.items()}
     s = min(last.values())
-    done = [int(st.last_completed) + 1 for st in v.status.values() if int(st.last_completed) >= 0]
-    if done and min(done) < s:
-        s = min(done)  # the first collective some waiting rank did not complete
-    while s not in set().union(*[set(df.index) for df in v.rows.values()]) and s < max(last.values()):
+    pending = [int(st.last_completed) + 1 for r, st in v.status.items()
+               if int(st.last_completed) >= 0 and int(st.last_completed) < v.max_enq[r]]
+    after = None  # the seq the waiting ranks completed last, when status says so
+    if pending:
+        s = min(pending)  # the first collective some waiting rank did not complete
+        after = s - 1
+    elif v.status and all(_completed_all(v, r) for r in v.present):
+        after = min(int(st.last_completed) for st in v.status.values())
+        s = after + 1  # everything recorded completed, yet ranks timed out: they wait in the next one
+    while after is None and s not in set().union(*[set(df.index) for df in v.rows.values()]) \
+            and s < max(last.values()):
         s += 1
     have = {r: v.rows[r].loc[s] for r in v.rows if s in v.rows[r].index}
     have = {r: (x.iloc[0] if isinstance(x, pd.DataFrame) else x) for r, x in have.items()}
     d = _mk(v, s, have)
+    for r, st in sorted(v.status.items()):
+        d.evidence.append((str(st.file), None, f"rank {r} group {v.g.key}: last enqueued {st.last_enqueued}, "
+                                               f"last completed {st.last_completed}"))
+    where = f"wait after seq {after}, at seq {s}" if after is not None else f"wait in seq {s}"
     err = (set(inp.errors["rank"]) if not inp.errors.empty else set()) | inp.warn_ranks
     alive = [r for r in absent if r in inp.log_ranks and r not in err]
     if alive and len(alive) == len(absent):
         d.kind, d.culprit_ranks = "missing_rank", sorted(absent)
         d.cause = (f"rank(s) {sorted(absent)} have logs but no record of this group's seq {s} while the others "
-                   "wait in it: they never joined")
+                   f"{where}: they never joined")
         return d
     d.kind, d.culprit_ranks = "crashed_rank", sorted(absent)
     d.cause = (f"rank(s) {sorted(absent)} left no Flight Recorder dump or record for this group while the others "
-               f"wait in seq {s}: they most likely crashed or were killed before they could dump")
+               f"{where}: they most likely crashed or were killed before they could dump")
     return d
 
 

@@ -147,11 +147,12 @@ def _coll_rows(log: Any, colls: pd.DataFrame, rmap: dict[tuple[str, int], int]) 
     else:
         rank = crank
     oc = colls["op_count"]
-    if oc.dtype == object:  # hex text (opCount is printed in hex)
-        seq = oc.map(lambda x: int(x, 16) if isinstance(x, str) else int(x))
-    else:
-        seq = oc
     keep = (cid != "") & (rank >= 0) & (rank < MAX_RANK)
+    if pd.api.types.is_numeric_dtype(oc):
+        seq = oc
+    else:  # hex text (opCount is printed in hex); unreadable ones are dropped
+        seq = oc.map({v: _hex(v) for v in pd.unique(oc)}).fillna(-1)
+        keep &= seq >= 0
     if not keep.any():
         return pd.DataFrame(columns=SEQ_COLUMNS)
     c = colls[keep]
@@ -172,6 +173,15 @@ def _coll_rows(log: Any, colls: pd.DataFrame, rmap: dict[tuple[str, int], int]) 
                        "order": line, "file": log.path, "line": line, "text": pd.Series(text, index=c.index, dtype=object),
                        "frame": ""}, columns=SEQ_COLUMNS)
     return df.reset_index(drop=True)
+
+
+def _hex(v: Any) -> int:
+    """opCount as printed (hex text) or already a number → int; -1 when unreadable or beyond int64."""
+    try:
+        x = int(v, 16) if isinstance(v, str) else int(v)
+    except (TypeError, ValueError, OverflowError):
+        return -1
+    return x if 0 <= x < 1 << 63 else -1
 
 
 def _nccl_dtype(v: Any) -> str:
