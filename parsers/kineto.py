@@ -65,14 +65,25 @@ class _Event(msgspec.Struct, gc=False):
     args: Optional[_Args] = None
 
 
-class _TypedDoc(msgspec.Struct):
-    traceEvents: Optional[list[_Event]] = None
+class _DocMembers(msgspec.Struct):
+    """The top-level members of a trace the analysis reads besides its events."""
+
     distributedInfo: Any = None
     deviceProperties: Any = None
     displayTimeUnit: Any = None
     baseTimeNanoseconds: Any = None
     host_name: Any = None
     traceName: Any = None
+
+
+class _TypedDoc(_DocMembers):
+    traceEvents: Optional[list[_Event]] = None
+
+
+class _LenientDoc(_DocMembers):
+    """Events left undecoded, for documents where some of them have the wrong shape."""
+
+    traceEvents: Optional[list[Any]] = None
 
 
 _DECODER = msgspec.json.Decoder(_TypedDoc)
@@ -387,16 +398,6 @@ def _decode_members(part: bytes, opening: bool) -> _TypedDoc:
         raise _Fallback() from None
 
 
-class _LenientDoc(msgspec.Struct):
-    traceEvents: Optional[list[Any]] = None
-    distributedInfo: Any = None
-    deviceProperties: Any = None
-    displayTimeUnit: Any = None
-    baseTimeNanoseconds: Any = None
-    host_name: Any = None
-    traceName: Any = None
-
-
 _LENIENT_DECODER = msgspec.json.Decoder(_LenientDoc)
 
 
@@ -426,8 +427,8 @@ def _typed_or_lenient(data: bytes, notes: list[str]) -> _TypedDoc:
     if skipped or stripped:
         notes.append(f"{skipped} trace events that are not event objects skipped, {stripped} events with "
                      "malformed args kept without them")
-    return _TypedDoc(events if raw.traceEvents is not None else None, raw.distributedInfo, raw.deviceProperties,
-                     raw.displayTimeUnit, raw.baseTimeNanoseconds, raw.host_name, raw.traceName)
+    members = {f: getattr(raw, f) for f in _DocMembers.__struct_fields__}
+    return _TypedDoc(traceEvents=events if raw.traceEvents is not None else None, **members)
 
 
 def _decode(path: Path, data: bytes, notes: Optional[list[str]] = None) -> tuple[_TypedDoc, Optional[tuple[int, int]]]:
