@@ -443,9 +443,16 @@ def _decode(path: Path, data: bytes, notes: Optional[list[str]] = None) -> tuple
         try:
             try:
                 return _typed_or_lenient(data, notes), None
-            except UnicodeDecodeError as exc:
-                data = data.decode("utf-8", "replace").encode("utf-8")
-                notes.append(f"invalid UTF-8 replaced (first at byte {exc.start})")
+            except (UnicodeDecodeError, msgspec.DecodeError) as exc:
+                # msgspec reports invalid UTF-8 as UnicodeDecodeError or as a DecodeError, by version
+                if not isinstance(exc, UnicodeDecodeError) and "UTF-8" not in str(exc):
+                    raise
+                try:
+                    data.decode("utf-8")
+                    raise exc
+                except UnicodeDecodeError as bad:
+                    data = data.decode("utf-8", "replace").encode("utf-8")
+                    notes.append(f"invalid UTF-8 replaced (first at byte {bad.start})")
                 return _typed_or_lenient(data, notes), None
         except msgspec.DecodeError as exc:
             first_error = str(exc)
