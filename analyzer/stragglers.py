@@ -20,6 +20,48 @@ MATERIAL_SHARE = 0.02
 EXPLAINS = 0.25
 
 
+def _rank_networks(nccl_logs: list) -> dict[int, set[str]]:
+    """Per global rank, what NCCL says it moves inter-node data over: selected network and NET/* transports."""
+    out: dict[int, set[str]] = {}
+    for log in nccl_logs:
+        procs = getattr(log, "processes", None)
+        if procs is None or not len(procs):
+            continue
+        rank_of = {(h, p): int(r) for h, p, r in zip(procs["host"], procs["pid"], procs["rank"]) if int(r) >= 0}
+        net = getattr(log, "networks", None)
+        if net is not None and len(net):
+            sel = net[net["role"] == "selected"]
+            for h, p, n in zip(sel["host"], sel["pid"], sel["network"]):
+                if (h, p) in rank_of and str(n):
+                    out.setdefault(rank_of[(h, p)], set()).add(f"network {n}")
+        conn = getattr(log, "connections", None)
+        if conn is not None and len(conn):
+            nets = conn[conn["transport"].astype(str).str.startswith("NET/")]
+            for h, p, t in zip(nets["host"], nets["pid"], nets["transport"]):
+                if (h, p) in rank_of:
+                    out.setdefault(rank_of[(h, p)], set()).add(str(t))
+    return out
+
+
+def link_difference(nccl_logs: list, rank: int) -> Optional[str]:
+    """Evidence that ``rank`` talks over a different (slower) path than most ranks, from the NCCL logs; else None.
+
+    A slow link cannot be seen in collective timings (every member of a ring ends together), but NCCL says which
+    network and transports each rank set up: a rank on sockets among ranks on InfiniBand is a link straggler.
+    """
+    nets = _rank_networks(nccl_logs)
+    mine = nets.get(rank)
+    others = [v for r, v in nets.items() if r != rank]
+    if not mine or not others:
+        return None
+    common = max(others.count(v) for v in others)
+    majority = next(v for v in others if others.count(v) == common)
+    if mine == majority or common * 2 <= len(others):
+        return None
+    return (f"NCCL on rank {rank} uses {', '.join(sorted(mine))} while most ranks ({common} of {len(others)}) use "
+            f"{', '.join(sorted(majority))}")
+
+
 def per_rank_stats(inst: pd.DataFrame, members: pd.DataFrame) -> pd.DataFrame:
     """rank, n_instances, times_last, pct_last, wait_imposed_ns, wait_suffered_ns, delay_caused_ns, mean_group."""
     ci = inst[(inst["kind"] == "collective") & (inst["n_members"] >= 2)]
@@ -122,6 +164,10 @@ def analyse(job: Any, inst: pd.DataFrame, members: pd.DataFrame) -> dict:
         else:
             parts.append(f"neither its compute (+{comp / 1e3:.1f} µs) nor its host gap (+{gap / 1e3:.1f} µs) "
                          "explains the delay")
+            link = link_difference(getattr(job, "nccl_logs", []), straggler)
+            if link:
+                attribution = "link"
+                parts.append(link)
         evidence = "; ".join(parts)
         confidence = round(float(min(1.0, row["pct_last"]) * min(1.0, row["delay_share"] / (2 * MATERIAL_SHARE))), 3)
 

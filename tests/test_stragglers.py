@@ -32,3 +32,27 @@ def test_step_spread():
     sm = pd.DataFrame({"rank": [0, 1, 2], "step": [3, 3, 3], "step_time_ns": [100_000, 110_000, 130_000]})
     (row,) = step_spread(sm)
     assert row["spread"] == 30_000 / 110_000 and row["slowest_rank"] == 2 and row["fastest_rank"] == 0
+
+
+def test_link_difference_from_nccl_logs():
+    """A rank whose NCCL set up sockets among ranks on InfiniBand is a link straggler; uniform networks say nothing."""
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from analyzer.stragglers import link_difference
+
+    def log(rank, network, transport):
+        host, pid = f"h{rank // 2}", 100 + rank
+        return SimpleNamespace(
+            processes=pd.DataFrame({"host": [host], "pid": [pid], "rank": [rank]}),
+            networks=pd.DataFrame({"host": [host], "pid": [pid], "network": [network], "role": ["selected"]}),
+            connections=pd.DataFrame({"host": [host], "pid": [pid], "transport": [transport]}))
+
+    logs = [log(r, "IB", "NET/IB") for r in range(6)] + [log(6, "Socket", "NET/Socket"), log(7, "IB", "NET/IB")]
+    msg = link_difference(logs, 6)
+    assert msg == ("NCCL on rank 6 uses NET/Socket, network Socket while most ranks (7 of 7) use NET/IB, "
+                   "network IB")
+    assert link_difference(logs, 3) is None                  # rank 3 is like the others
+    assert link_difference([log(r, "IB", "NET/IB") for r in range(4)], 1) is None
+    assert link_difference([], 1) is None
