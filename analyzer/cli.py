@@ -146,7 +146,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         parser.print_usage(sys.stderr)
         print("analyze: error: give at least one file or folder", file=sys.stderr)
         return EXIT_USAGE
-    from analyzer.baseline import BaselineError, apply_baseline, load_baseline, parse_threshold
+    from analyzer.report.baseline import BaselineError, apply_baseline, load_baseline, parse_threshold
     thresholds = {}
     for t in args.regression_threshold:
         try:
@@ -155,8 +155,8 @@ def main(argv: Optional[list[str]] = None) -> int:
             print(f"analyze: error: --regression-threshold: {exc}", file=sys.stderr)
             return EXIT_USAGE
         thresholds[name] = value
-    from analyzer.analysis import Options, run_analysis
-    from analyzer.job import load_job
+    from analyzer.report.assemble import Options, run_analysis
+    from analyzer.load.job import load_job
 
     options = Options(gpus_per_node=args.gpus_per_node, rule_config=config_from_args(args))
     job = load_job(args.paths, jobs=args.jobs, progress=progress_printer(args.quiet))
@@ -171,7 +171,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         apply_baseline(report, base, args.baseline, thresholds)
         cfg = options.rule_config
         if cfg is not None and hasattr(cfg, "enabled"):  # --select / --ignore cover the BASE rules too
-            from analyzer.analysis import verdict
+            from analyzer.report.assemble import verdict
             report["findings"] = [f for f in report["findings"] if cfg.enabled(str(f.get("id", "")))]
             report["verdict"] = verdict(report["findings"])
 

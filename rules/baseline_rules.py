@@ -1,6 +1,6 @@
 """Regressions against a baseline run: registered here so --list-rules, --explain, --select and --ignore know them.
 
-The comparison itself runs in analyzer/baseline.py after the analysis (it needs the baseline report, which rules
+The comparison itself runs in analyzer/report/baseline.py after the analysis (it needs the baseline report, which rules
 do not see); these entries carry the documentation, and yield nothing on their own.
 """
 from __future__ import annotations

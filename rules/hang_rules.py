@@ -1,4 +1,4 @@
-"""Hang post-mortem rules: read the `hang` section (analyzer/hang.py) and the watchdog timeouts of the `nccl` section."""
+"""Hang post-mortem rules: read the `hang` section (analyzer/hang/analysis.py) and the watchdog timeouts of the `nccl` section."""
 from __future__ import annotations
 
 from typing import Iterator

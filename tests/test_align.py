@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analyzer.align import MIN_MATCHED, estimate, p2p_pair_observations
+from analyzer.cross_rank.align import MIN_MATCHED, estimate, p2p_pair_observations
 
 
 def _obs(offsets: dict[int, int], n: int, noise: dict | None = None) -> pd.DataFrame:

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from analyzer.job import load_job
+from analyzer.load.job import load_job
 from parsers.errors import InputError
 from parsers.kineto import load_trace
 from tests import kineto_builder as kb

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.baseline import apply_baseline, compare, parse_threshold, regression_findings
+from analyzer.report.baseline import apply_baseline, compare, parse_threshold, regression_findings
 from analyzer.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analyzer.collectives import busbw_factor, dtype_size, instance_frame
+from analyzer.cross_rank.collectives import busbw_factor, dtype_size, instance_frame
 
 
 def test_nccl_tests_factors():

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.cross_rank import analyse, cross_rank_section
-from analyzer.job import load_job
+from analyzer.cross_rank.section import analyse, cross_rank_section
+from analyzer.load.job import load_job
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures"
 DLRM = FIX / "corpus" / "param-dlrm_kineto"
@@ -99,8 +99,8 @@ def test_gloo_sends_pair_with_recvs_in_order():
 
 def test_inter_node_link_class_comes_from_the_nccl_logs():
     """NCCL logs that select the Socket network make inter-node groups 'socket'; without logs IB is assumed."""
-    from analyzer.analysis import run_analysis
-    from analyzer.job import load_job
+    from analyzer.report.assemble import run_analysis
+    from analyzer.load.job import load_job
     root = Path(__file__).resolve().parent.parent / "fixtures/sim"
     sock = run_analysis(load_job([root / "nccl_socket"], jobs=1))["cross_rank"]["collectives"]["by_group_op"]
     traces_only = sorted((root / "nccl_socket").glob("rank*.pt.trace.json.gz"))

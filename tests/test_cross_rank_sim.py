@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analyzer.cross_rank import analyse, cross_rank_section
-from analyzer.job import load_job
+from analyzer.cross_rank.section import analyse, cross_rank_section
+from analyzer.load.job import load_job
 
 SIM = Path(__file__).resolve().parent.parent / "fixtures" / "sim"
 SCENARIOS = sorted(p.name for p in SIM.glob("*/expected.json") for p in [p.parent]

@@ -70,14 +70,14 @@ def test_crashed_rank_evidence_quotes_its_own_stderr(capsys):
 
 
 def test_a_failing_analysis_section_is_a_warning_not_a_crash(monkeypatch):
-    import analyzer.cross_rank
-    from analyzer.analysis import run_analysis
-    from analyzer.job import load_job
+    import analyzer.cross_rank.section
+    from analyzer.report.assemble import run_analysis
+    from analyzer.load.job import load_job
 
     def boom(job, gpus_per_node=None):
         raise RuntimeError("simulated bug")
 
-    monkeypatch.setattr(analyzer.cross_rank, "cross_rank_section", boom)
+    monkeypatch.setattr(analyzer.cross_rank.section, "cross_rank_section", boom)
     rep = run_analysis(load_job([CORPUS / "param-dlrm_kineto"], jobs=1))
     assert rep["cross_rank"] == {"error": "RuntimeError: simulated bug"}
     assert any("cross-rank analysis failed (RuntimeError: simulated bug)" in w for w in rep["warnings"])

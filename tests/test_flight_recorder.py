@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.hang import load_and_analyze
+from analyzer.hang.analysis import load_and_analyze
 from parsers.errors import InputError
 from parsers.flight_recorder import load_dump, looks_like_fr_dump, normalise_op, parse_ranks, rank_from_name
 from parsers.safe_unpickle import salvage_loads

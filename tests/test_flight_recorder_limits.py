@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.hang import analyze_hang, load_and_analyze
+from analyzer.hang.analysis import analyze_hang, load_and_analyze
 from parsers.errors import InputError
 from parsers.flight_recorder import load_dump, to_int64, valid_rank
 from parsers.safe_unpickle import UnsafePickleError, check_plain

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.hang import analyze_hang, load_and_analyze
+from analyzer.hang.analysis import analyze_hang, load_and_analyze
 from parsers.nccl_log import parse_nccl_log
 from tests.test_hang_builders import coll_log, load_all, wd_log, write_dumps
 

@@ -6,8 +6,8 @@ import pickle
 from pathlib import Path
 
 
-from analyzer.hang import analyze_hang
-from analyzer.hang_inputs import gather
+from analyzer.hang.analysis import analyze_hang
+from analyzer.hang.inputs import gather
 from parsers.flight_recorder import load_dump
 from tests.test_hang_builders import coll_log, dump_dict, wd_log
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.hang import analyze_hang
+from analyzer.hang.analysis import analyze_hang
 from parsers.flight_recorder import load_dump
 
 REAL = Path(__file__).resolve().parent.parent / "fixtures" / "real-cpu-hang"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.hang import KIND_ALIASES, analyze_hang, load_and_analyze
+from analyzer.hang.analysis import KIND_ALIASES, analyze_hang, load_and_analyze
 from parsers.flight_recorder import load_dump
 from parsers.nccl_log import parse_nccl_log
 

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from analyzer.hta_compat import hta_overlap_pct
+from analyzer.rank.hta_compat import hta_overlap_pct
 from parsers.kineto import load_trace
 from tests.conftest import CORPUS
 

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from analyzer import intervals as iv
+from analyzer.rank import intervals as iv
 
 
 def arr(*pairs):

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from analyzer.metrics import rank_step_metrics
+from analyzer.rank.metrics import rank_step_metrics
 from parsers.kineto import load_trace
 from tests import kineto_builder as kb
 from tests.conftest import CORPUS

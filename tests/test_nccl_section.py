@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from analyzer.job import Job, load_job
-from analyzer.nccl_section import nccl_section
+from analyzer.load.job import Job, load_job
+from analyzer.report.nccl_section import nccl_section
 
 ROOT = Path(__file__).resolve().parents[1]
 SYN = ROOT / "fixtures/nccl_logs/synthetic_2x2_nccl2.21_hang.log"

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from analyzer.pipeline import bubble_rates
+from analyzer.cross_rank.pipeline import bubble_rates
 
 
 def test_bubble_rate_is_idle_share_of_first_to_last_compute():

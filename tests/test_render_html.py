@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analyzer.analysis import Options, run_analysis
-from analyzer.job import load_job
+from analyzer.report.assemble import Options, run_analysis
+from analyzer.load.job import load_job
 from analyzer.render.html import render_html
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.analysis import run_analysis
-from analyzer.job import load_job
+from analyzer.report.assemble import run_analysis
+from analyzer.load.job import load_job
 
 ROOT = Path(__file__).resolve().parents[1]
 SIM = ROOT / "fixtures/sim"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.metrics import rank_step_metrics
+from analyzer.rank.metrics import rank_step_metrics
 from parsers.kineto import load_trace
 
 SIM = Path(__file__).resolve().parent.parent / "fixtures" / "sim"

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analyzer.stragglers import per_rank_stats, step_spread
+from analyzer.cross_rank.stragglers import per_rank_stats, step_spread
 
 
 def _tables(lasts, delay=50_000, n=4):
@@ -40,7 +40,7 @@ def test_link_difference_from_nccl_logs():
 
     import pandas as pd
 
-    from analyzer.stragglers import link_difference
+    from analyzer.cross_rank.stragglers import link_difference
 
     def log(rank, network, transport):
         host, pid = f"h{rank // 2}", 100 + rank

@@ -5,7 +5,7 @@ from types import SimpleNamespace
 
 import pandas as pd
 
-from analyzer.topology import group_span, infer_role, parse_ranks, resolve_hosts
+from analyzer.cross_rank.topology import group_span, infer_role, parse_ranks, resolve_hosts
 
 
 def _job(hosts, logs=()):

@@ -145,7 +145,7 @@ def _baseline(report: dict) -> str:
     b = report.get("baseline") or {}
     if not b.get("metrics"):
         return ""
-    from analyzer.baseline import format_change, format_value
+    from analyzer.report.baseline import format_change, format_value
     rows, hl = [], set()
     for i, m in enumerate(b["metrics"]):
         if m.get("regressed"):

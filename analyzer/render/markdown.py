@@ -98,7 +98,7 @@ def _baseline(report: dict) -> list[str]:
     b = report.get("baseline") or {}
     if not b.get("metrics"):
         return []
-    from analyzer.baseline import format_change, format_value
+    from analyzer.report.baseline import format_change, format_value
     rows = [[md_escape(m.get("name")), format_value(str(m.get("metric")), m.get("baseline")),
              format_value(str(m.get("metric")), m.get("current")), format_change(m), format_change(m, "threshold"),
              "**regressed**" if m.get("regressed") else ""] for m in b["metrics"]]

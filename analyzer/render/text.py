@@ -192,7 +192,7 @@ def _baseline(report: dict, paint: _Painter) -> list[str]:
     b = report.get("baseline") or {}
     if not b.get("metrics"):
         return []
-    from analyzer.baseline import format_change, format_value
+    from analyzer.report.baseline import format_change, format_value
     body = []
     for m in b["metrics"]:
         mark = "REGRESSED" if m.get("regressed") else ""

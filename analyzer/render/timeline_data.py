@@ -6,7 +6,7 @@ from typing import Any, Optional
 import numpy as np
 import pandas as pd
 
-from analyzer import intervals as iv
+from analyzer.rank import intervals as iv
 
 
 def offsets_ns(report: dict) -> tuple[dict[int, int], bool]:
@@ -44,7 +44,7 @@ def rank_lanes(trace: Any, lo: int, hi: int) -> dict[str, iv.Intervals]:
 
 def _cross_rank(job: Any, report: dict):
     """The job's cross-rank matching, the very one the report was built from (cached on the job)."""
-    from analyzer.cross_rank import analyse
+    from analyzer.cross_rank.section import analyse
     gpn = ((report.get("cross_rank") or {}).get("hosts") or {}).get("gpus_per_node")
     return analyse(job, gpn)
 

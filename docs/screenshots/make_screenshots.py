@@ -16,8 +16,8 @@ def main() -> None:
     """Render each job's HTML report and take a 1366-wide screenshot of its first 3600 px."""
     from PIL import Image
 
-    from analyzer.analysis import Options, run_analysis
-    from analyzer.job import load_job
+    from analyzer.report.assemble import Options, run_analysis
+    from analyzer.load.job import load_job
     from analyzer.render.html import render_html
 
     browser = next(b for b in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if b)

@@ -14,7 +14,7 @@ from typing import Any, Optional
 import numpy as np
 import pandas as pd
 
-from analyzer.topology import P2P_OPS
+from analyzer.cross_rank.topology import P2P_OPS
 
 #: Bytes per element for the dtype names Kineto writes in the `dtype` arg (case-insensitive).
 DTYPE_BYTES = {
@@ -104,7 +104,7 @@ def assign_keys(long: pd.DataFrame, declared: dict[str, Any]) -> Keys:
         g = declared.get(key)
         members[key] = list(g.ranks) if g is not None and g.ranks else sorted(int(x) for x in rks)
     for rk in long.loc[has, ["pg_name", "pg_ranks"]].drop_duplicates().itertuples(index=False):
-        from analyzer.topology import parse_ranks
+        from analyzer.cross_rank.topology import parse_ranks
         pr = parse_ranks(rk.pg_ranks)
         if pr and len(pr) > len(members.get(rk.pg_name, [])):
             members[rk.pg_name] = pr
@@ -243,11 +243,11 @@ def instance_frame(members: pd.DataFrame, hosts_of: dict[int, str], expected: di
 
 def instance_table(job: Any, gpus_per_node: Optional[int] = None) -> pd.DataFrame:
     """One row per collective instance / send-recv pair on the aligned clock (for plots; see docs/cross-rank.md)."""
-    from analyzer.cross_rank import analyse
+    from analyzer.cross_rank.section import analyse
     return analyse(job, gpus_per_node).instances
 
 
 def member_table(job: Any, gpus_per_node: Optional[int] = None) -> pd.DataFrame:
     """One row per (instance, rank): aligned start/end, wait and duration."""
-    from analyzer.cross_rank import analyse
+    from analyzer.cross_rank.section import analyse
     return analyse(job, gpus_per_node).members

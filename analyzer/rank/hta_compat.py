@@ -10,7 +10,7 @@ import re
 
 import numpy as np
 
-from analyzer import intervals as iv
+from analyzer.rank import intervals as iv
 from parsers.kineto import KinetoTrace
 
 _HTA_COMM = re.compile(r"(^nccl.*)|(^hip)|(^hccl)|(.*ncclKernel.*)")

@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 
 from analyzer import __version__
-from analyzer.job import Job
-from analyzer.summary import job_summary, rank_summary
+from analyzer.load.job import Job
+from analyzer.report.summary import job_summary, rank_summary
 
 SCHEMA = "dtrace-analyzer/report"
 SCHEMA_VERSION = 1

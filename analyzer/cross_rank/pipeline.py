@@ -14,7 +14,7 @@ from typing import Any, Optional
 import numpy as np
 import pandas as pd
 
-from analyzer import intervals as iv
+from analyzer.rank import intervals as iv
 
 
 def bubble_rates(trace: Any) -> pd.DataFrame:

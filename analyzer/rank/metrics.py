@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analyzer import intervals as iv
+from analyzer.rank import intervals as iv
 from parsers.kineto import KinetoTrace
 
 #: Columns of the per-step table; durations are int64 nanoseconds, shares are fractions (NaN when undefined).

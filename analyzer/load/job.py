@@ -10,7 +10,7 @@ from typing import Any, Callable, Optional
 
 import pandas as pd
 
-from analyzer.metrics import rank_step_metrics
+from analyzer.rank.metrics import rank_step_metrics
 from parsers.discover import FR_DUMP, KINETO, NCCL_LOG, discover
 from parsers.errors import InputError
 from parsers.kineto import KinetoTrace, load_trace

@@ -13,7 +13,7 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
-from analyzer.hang_inputs import Group, HangInputs, gather
+from analyzer.hang.inputs import Group, HangInputs, gather
 
 Evidence = tuple[str, "int | None", str]
 KIND_ALIASES = {"stalled_rank": "lagging_rank", "skipped_rank": "missing_rank"}  # other tools' names → ours

@@ -4,8 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from analyzer.job import Job
-from analyzer.report import build_report, clean
+from analyzer.load.job import Job
+from analyzer.report.base import build_report, clean
 
 
 @dataclass
@@ -19,9 +19,9 @@ class Options:
 
 def run_analysis(job: Job, options: Optional[Options] = None) -> dict:
     """Build the full report dict (docs/json-schema.md) for a loaded job."""
-    from analyzer.cross_rank import cross_rank_section
-    from analyzer.hang_section import hang_section
-    from analyzer.nccl_section import nccl_section
+    from analyzer.cross_rank.section import cross_rank_section
+    from analyzer.hang.section import hang_section
+    from analyzer.report.nccl_section import nccl_section
     from rules.engine import run_rules
 
     options = options or Options()

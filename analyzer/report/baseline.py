@@ -192,7 +192,7 @@ def rank_findings(findings: list[dict]) -> list[dict]:
 def apply_baseline(report: dict, baseline: dict, source: str,
                    thresholds: Optional[dict[str, float]] = None) -> dict:
     """Add the `baseline` section and its regression findings to ``report`` (in place; returned for chaining)."""
-    from analyzer.analysis import verdict
+    from analyzer.report.assemble import verdict
 
     section = compare(report, baseline, source, thresholds)
     report["baseline"] = section

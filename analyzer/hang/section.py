@@ -1,12 +1,12 @@
-"""The report's `hang` section: the hang post-mortem (analyzer/hang.py) as a JSON-ready dict."""
+"""The report's `hang` section: the hang post-mortem (analyzer/hang/analysis.py) as a JSON-ready dict."""
 from __future__ import annotations
 
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from analyzer.hang import analyze_hang
-from analyzer.job import Job
+from analyzer.hang.analysis import analyze_hang
+from analyzer.load.job import Job
 from parsers.kineto import rank_from_file_name
 
 

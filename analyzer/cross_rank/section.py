@@ -12,12 +12,12 @@ from typing import Any, Optional
 import numpy as np
 import pandas as pd
 
-from analyzer import align as al_mod
-from analyzer import collectives as co
-from analyzer import pipeline as pl
-from analyzer import stragglers as sg
-from analyzer.job import Job
-from analyzer.topology import Hosts, declared_groups, group_span, infer_role, resolve_hosts
+from analyzer.cross_rank import align as al_mod
+from analyzer.cross_rank import collectives as co
+from analyzer.cross_rank import pipeline as pl
+from analyzer.cross_rank import stragglers as sg
+from analyzer.load.job import Job
+from analyzer.cross_rank.topology import Hosts, declared_groups, group_span, infer_role, resolve_hosts
 
 #: Unlabelled send/recv pair when their aligned ends are this close (plus 5× the alignment residual).
 PEER_TOLERANCE_NS = 50_000
@@ -174,7 +174,7 @@ def _first_positions(job: Job, cr: CrossRank) -> dict:
         t = job.traces[r]
         a = t.activity
         comp = a[a["kind"].to_numpy() == "compute"]
-        from analyzer import intervals as iv
+        from analyzer.rank import intervals as iv
         u = iv.union(comp["start"].to_numpy(), comp["end"].to_numpy())
         st = t.steps.set_index("step")
         ws = st.loc[g["step"], "start"].to_numpy()

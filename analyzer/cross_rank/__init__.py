@@ -1,0 +1,1 @@
+"""Facts across ranks: topology, clock alignment, collective matching, waits, stragglers, pipelines."""

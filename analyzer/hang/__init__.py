@@ -1,0 +1,1 @@
+"""Hang and crash post-mortem: dumps, logs and stderr -> per-group sequences -> divergence -> verdict."""

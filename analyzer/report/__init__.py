@@ -1,0 +1,1 @@
+"""The report dict (docs/json-schema.md): sections, summaries, baseline comparison."""
