@@ -18,11 +18,12 @@ from parsers.errors import InputError
 from parsers.safe_unpickle import MAX_PICKLE_BYTES, UnsafePickleError, check_plain, safe_loads, salvage_loads
 
 ENTRY_COLUMNS = [
-    "record_id", "pg_name", "pg_desc", "collective_seq_id", "p2p_seq_id", "op_id", "profiling_name", "op",
+    "record_id", "pg_id", "pg_name", "pg_desc", "collective_seq_id", "p2p_seq_id", "op_id", "profiling_name", "op",
     "peer", "is_p2p", "input_numel", "output_numel", "input_sizes", "output_sizes", "input_dtypes",
-    "output_dtypes", "state", "time_created_ns", "time_started_ns", "time_completed_ns", "timeout_ms", "top_frame",
+    "output_dtypes", "state", "retired", "time_created_ns", "time_started_ns", "time_completed_ns", "timeout_ms",
+    "top_frame",
 ]
-INT_COLUMNS = ["record_id", "collective_seq_id", "p2p_seq_id", "op_id", "peer", "input_numel", "output_numel",
+INT_COLUMNS = ["record_id", "pg_id", "collective_seq_id", "p2p_seq_id", "op_id", "peer", "input_numel", "output_numel",
                "time_created_ns", "time_started_ns", "time_completed_ns", "timeout_ms"]
 
 _PEER = re.compile(r"(\d+)\s*(->|<-)\s*(\d+)")
@@ -36,7 +37,14 @@ MAX_TEXT_DEPTH = 32
 
 @dataclass
 class FlightRecorderDump:
-    """One rank's Flight Recorder dump: its entries table, process-group config and status, warnings."""
+    """One rank's Flight Recorder dump: its entries table, process-group config and status, warnings.
+
+    `pg_config` is keyed by process-group *name* (the same on every member); `pg_status` by the rank-local
+    `pg_id` that every entry also carries (PyTorch numbers its process-group objects per rank), so the two are
+    joined through the entries' (`pg_id`, `pg_name`) pairs, never by key. `backend` is the prefix of the entries'
+    profiling names (`nccl`, `gloo`, ...; '' when there are none); `has_entries` is False when the dump holds no
+    `entries` key (a JSON dump of an empty buffer, or one taken without collectives).
+    """
 
     path: str
     rank: int | None
@@ -47,6 +55,9 @@ class FlightRecorderDump:
     warnings: list[str] = field(default_factory=list)
     rank_source: str = "none"
     format: str = "pickle"
+    comm_lib_version: str = ""
+    backend: str = ""
+    has_entries: bool = True
 
 
 def normalise_op(profiling_name: str) -> tuple[str, int]:
@@ -234,8 +245,8 @@ def _entry_row(e: dict, pg_names: dict[str, str], rd: _Reader) -> dict[str, Any]
     pg = e.get("process_group")
     if isinstance(pg, (list, tuple)) and pg:
         pg_name, pg_desc = rd.text(pg[0], "process_group"), rd.text(pg[1], "process_group") if len(pg) > 1 else ""
-    else:
-        pg_name = rd.text(e.get("pg_id", pg if isinstance(pg, str) else ""), "pg_id")
+    else:  # no (name, desc) pair: a bare name string, else unnamed (the rank-local pg_id is not a name)
+        pg_name = rd.text(pg, "process_group") if isinstance(pg, str) else ""
         pg_desc = pg_names.get(pg_name, "")
     prof = rd.text(e.get("profiling_name", ""), "profiling_name")
     op, peer = normalise_op(prof)
@@ -252,7 +263,8 @@ def _entry_row(e: dict, pg_names: dict[str, str], rd: _Reader) -> dict[str, Any]
         return "" if v is None else rd.text(v, what)
 
     return {
-        "record_id": rd.int(e.get("record_id"), "record_id"), "pg_name": pg_name, "pg_desc": pg_desc,
+        "record_id": rd.int(e.get("record_id"), "record_id"), "pg_id": rd.int(e.get("pg_id"), "pg_id"),
+        "pg_name": pg_name, "pg_desc": pg_desc,
         "collective_seq_id": rd.int(e.get("collective_seq_id"), "collective_seq_id"),
         "p2p_seq_id": rd.int(e.get("p2p_seq_id"), "p2p_seq_id"),
         "op_id": rd.int(e.get("op_id"), "op_id"), "profiling_name": prof, "op": op, "peer": peer, "is_p2p": is_p2p,
@@ -261,7 +273,7 @@ def _entry_row(e: dict, pg_names: dict[str, str], rd: _Reader) -> dict[str, Any]
         "output_sizes": rd.text(outs, "output_sizes", as_json=True),
         "input_dtypes": dts(e.get("input_dtypes"), "input_dtypes"),
         "output_dtypes": dts(e.get("output_dtypes"), "output_dtypes"),
-        "state": rd.text(e.get("state", ""), "state"),
+        "state": rd.text(e.get("state", ""), "state"), "retired": e.get("retired") is True,
         "time_created_ns": rd.int(e.get("time_created_ns"), "time_created_ns"),
         "time_started_ns": started if started > 0 else -1, "time_completed_ns": completed if completed > 0 else -1,
         "timeout_ms": rd.int(e.get("timeout_ms"), "timeout_ms"), "top_frame": top_user_frame(e.get("frames"), rd),
@@ -273,8 +285,9 @@ def entries_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     df = pd.DataFrame(rows, columns=ENTRY_COLUMNS)
     for c in INT_COLUMNS:
         df[c] = df[c].astype("int64") if len(df) else pd.Series([], dtype="int64")
-    df["is_p2p"] = df["is_p2p"].astype(bool)
-    for c in set(ENTRY_COLUMNS) - set(INT_COLUMNS) - {"is_p2p"}:
+    for c in ("is_p2p", "retired"):
+        df[c] = df[c].fillna(False).astype(bool)
+    for c in set(ENTRY_COLUMNS) - set(INT_COLUMNS) - {"is_p2p", "retired"}:
         df[c] = df[c].fillna("").astype(str)
     return df
 
@@ -290,8 +303,9 @@ def looks_like_fr_dump(head: bytes) -> bool:
     if head[:1] == b"\x80" and len(head) > 1 and 2 <= head[1] <= 5:
         return b"entries" in head or b"pg_config" in head
     s = head.lstrip()[:1]
-    if s == b"{":
-        return b'"entries"' in head and (b'"version"' in head or b'"pg_config"' in head)
+    if s == b"{":  # a dump of an empty buffer has no "entries" key at all: pg_config + pg_status identify it
+        return (b'"entries"' in head and (b'"version"' in head or b'"pg_config"' in head)) or \
+            (b'"pg_config"' in head and b'"pg_status"' in head)
     return False
 
 
@@ -411,7 +425,10 @@ def load_dump(path: str | Path, max_bytes: int = MAX_PICKLE_BYTES) -> FlightReco
         warnings.append(f"{p}: skipped {bad} entries that are not entry records")
     entries = entries_frame(rows)
     if "entries" not in obj:
-        warnings.append(f"{p}: no 'entries' key (collectives not included in the dump)")
+        warnings.append(f"{p}: no entries: the recorder's buffer was empty when it dumped (PyTorch then omits the "
+                        "'entries' key) or the dump excluded collectives; only pg_config/pg_status are known")
+    backends = sorted({n.split(":", 1)[0] for n in entries["profiling_name"] if ":" in n})
+    backend = backends[0] if len(backends) == 1 else ",".join(backends)
 
     rank, source = None, "none"
     raw_rank = obj.get("rank")
@@ -427,8 +444,11 @@ def load_dump(path: str | Path, max_bytes: int = MAX_PICKLE_BYTES) -> FlightReco
     if (w := rd.warning(p)) is not None:
         warnings.append(w)
     _check_wrap(p, entries, warnings)
+    comm = obj.get("comm_lib_version", obj.get("nccl_version", ""))
     return FlightRecorderDump(path=p, rank=rank, version=version, pg_config=pg_config, pg_status=pg_status,
-                              entries=entries, warnings=warnings, rank_source=source, format=fmt)
+                              entries=entries, warnings=warnings, rank_source=source, format=fmt,
+                              comm_lib_version=rd.text(comm or "", "comm_lib_version")[:40], backend=backend,
+                              has_entries="entries" in obj)
 
 
 def _read_pg_config(p: str, cfg: Any, warnings: list[str], rd: _Reader) -> tuple[dict, dict[str, str]]:
@@ -459,7 +479,11 @@ def _read_pg_config(p: str, cfg: Any, warnings: list[str], rd: _Reader) -> tuple
 
 
 def _read_pg_status(p: str, st: Any, warnings: list[str], rd: _Reader) -> dict[str, dict[str, int]]:
-    """pg_status → {pg_name: {last_enqueued, last_started, last_completed}} as ints (-1 unknown)."""
+    """pg_status → {pg_id: {last_enqueued, last_started, last_completed}} as ints (-1 unknown).
+
+    Keys are the rank-local pg_ids (see FlightRecorderDump); the values are the sequence number of the last work
+    enqueued / started / completed in that group, in whichever counter that work used (analyzer/hang/inputs.py).
+    """
     out: dict[str, dict[str, int]] = {}
     if st is None:
         return out

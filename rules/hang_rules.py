@@ -11,6 +11,8 @@ from rules.util import ranks_text
 MISMATCH_KINDS = ("mismatched_op", "order_mismatch", "extra_collective", "skipped_collective",
                   "mismatched_size", "mismatched_dtype")
 ABSENT_KINDS = ("missing_rank", "lagging_rank", "crashed_rank")
+DEADLOCK_KINDS = ("order_inversion", "deadlock", "stuck_p2p", "p2p_mismatch")
+ROOT_KINDS = MISMATCH_KINDS + ABSENT_KINDS + DEADLOCK_KINDS + ("nccl_error", "device_stalled", "rendezvous_failure")
 HANG_CONSEQUENCES = ("HANG", "NCCL001", "INPUT003")
 WORDS = {
     "mismatched_op": "called a different collective", "order_mismatch": "issued collectives in a different order",
@@ -18,10 +20,15 @@ WORDS = {
     "mismatched_size": "passed a different element count", "mismatched_dtype": "passed a different dtype",
     "missing_rank": "never joined the collective", "lagging_rank": "stalled before the collective",
     "crashed_rank": "crashed before the collective", "nccl_error": "hit an NCCL error",
+    "device_stalled": "stopped completing their GPU work", "order_inversion": "entered two process groups in "
+    "the opposite order (deadlock)", "deadlock": "wait for each other (deadlock)",
+    "stuck_p2p": "are stuck in a send/recv with each other", "p2p_mismatch": "posted a send/recv with no match",
+    "rendezvous_failure": "could not form the job (rendezvous failed)",
 }
+TIE_WORDS = {"mismatched_op": "op", "mismatched_size": "element count", "mismatched_dtype": "dtype"}
 
 
-def _diag_finding(d: dict) -> Finding:
+def _diag_finding(d: dict, ctx_no_dump: dict | None = None) -> Finding:
     """A Finding from one `hang.diagnoses` entry: subject = culprits at (group, seq); cost 1 (no progress)."""
     kind = str(d.get("kind") or "")
     culprits = sorted(int(r) for r in d.get("culprit_ranks") or [])
@@ -30,13 +37,22 @@ def _diag_finding(d: dict) -> Finding:
     seq = d.get("seq")
     op = d.get("op") or None
     desc = f" ({d['pg_desc']})" if d.get("pg_desc") else ""
-    where = f"process group {pg}{desc}" + (f", collective #{seq}" if seq is not None else "") + \
+    where = (f"process group {pg}{desc}" if pg else "the job") + (f", collective #{seq}" if seq is not None else "") + \
         (f" ({op})" if op else "")
-    title = f"{ranks_text(culprits).capitalize()} {WORDS.get(kind, kind)} in {where}" if culprits else \
-        f"Collectives timed out in {where}"
+    tie = bool(d.get("tie"))
+    if tie and len(culprits) > 1:
+        title = (f"{ranks_text(culprits).capitalize()} disagree ({TIE_WORDS.get(kind, kind.replace('_', ' '))}) in "
+                 f"{where}; the evidence cannot tell which of them is wrong")
+    elif culprits:
+        title = f"{ranks_text(culprits).capitalize()} {WORDS.get(kind, kind)} in {where}"
+    else:
+        title = f"Collectives timed out in {where}"
     ev = []
     if d.get("cause"):
         ev.append(Evidence(str(d["cause"])))
+    for r, why in sorted((ctx_no_dump or {}).items(), key=lambda kv: int(kv[0])):
+        if int(r) in culprits and why not in str(d.get("cause") or ""):
+            ev.append(Evidence(f"rank {r} has no Flight Recorder dump: {why}"))
     if waiting:
         ev.append(Evidence(f"{ranks_text(waiting)} wait in {where}"))
     for key, label in (("ops", "op"), ("sizes", "elements"), ("dtypes", "dtype")):
@@ -57,6 +73,8 @@ def _diag_finding(d: dict) -> Finding:
     conf = d.get("confidence")
     if conf is None:
         conf = 0.9 if kind in MISMATCH_KINDS else 0.7
+    if tie:
+        conf = min(float(conf), 0.45)
     f = Finding(title=title, confidence=float(conf), evidence=ev,
                 subject=Subject(ranks=culprits, process_group=pg,
                                 collective={"op": op, "seq": None if seq is None else int(seq)}),
@@ -65,6 +83,14 @@ def _diag_finding(d: dict) -> Finding:
                 extra={"kind": kind})
     if blocked:
         f.evidence.insert(0, Evidence(f"blocked by the divergence in group:seq {blocked}"))
+    for x in d.get("explains") or []:
+        xd = f" ({x['pg_desc']})" if x.get("pg_desc") else ""
+        f.consequences.append({
+            "id": "HANG002", "severity": "error", "ranks": [int(r) for r in x.get("waiting") or []],
+            "title": f"{ranks_text(x.get('waiting') or []).capitalize()} wait in process group {x['process_group']}"
+                     f"{xd}, {x.get('op') or 'collective'} #{x['seq']}, for {ranks_text(x.get('on') or [])}",
+            "evidence": []})
+        f.involved |= {int(r) for r in x.get("waiting") or []}
     return f
 
 
@@ -75,12 +101,12 @@ def _diags(ctx: Context, kinds: tuple[str, ...]) -> Iterator[Finding]:
     an NCCL WARN is stuck behind it, so those ranks count as involved (their findings become consequences).
     """
     diags = [d for d in ctx.hang.get("diagnoses") or [] if isinstance(d, dict)]
-    root = next((i for i, d in enumerate(diags) if not d.get("blocked_by")
-                 and d.get("kind") in MISMATCH_KINDS + ABSENT_KINDS + ("nccl_error",)), None)
+    root = next((i for i, d in enumerate(diags) if not d.get("blocked_by") and d.get("kind") in ROOT_KINDS), None)
+    no_dump = ctx.hang.get("ranks_without_dump") or {}
     for i, d in enumerate(diags):
         if d.get("kind") not in kinds:
             continue
-        f = _diag_finding(d)
+        f = _diag_finding(d, no_dump)
         if i == root:
             stuck = ctx.nccl.get("timeouts") or []
             f.involved |= {int(t["rank"]) for t in stuck if t.get("rank") is not None and int(t["rank"]) >= 0}
@@ -173,3 +199,54 @@ def watchdog_timeout(ctx: Context) -> Iterator[Finding]:
                       confidence=0.9, evidence=ev, cost=None,
                       subject=Subject(ranks=ranks, process_group=pg, collective={"op": op, "seq": seq}),
                       extra={"kind": "watchdog_timeout"})
+
+
+@rule("HANG005", "Deadlock: ranks wait for each other (order inversion between groups, or a send/recv cycle)",
+      "error", explains=HANG_CONSEQUENCES,
+      confirm="Each culprit's blocking call (its oldest incomplete Flight Recorder entry) is in a different group "
+              "(or a send/recv to the other); each waits for a call the other never issued.",
+      fix="Use process groups (and send/recv pairs) in one fixed order on every rank: rank A entering group X then "
+          "Y while rank B enters Y then X deadlocks; pair sends with receives (even ranks send first) or use "
+          "batch_isend_irecv.")
+def deadlock(ctx: Context) -> Iterator[Finding]:
+    """Ranks that wait for each other, so no amount of waiting ends it.
+
+    The hang analysis builds a wait-for graph from every rank's blocking point (its oldest call that did not
+    complete, or its last call where completion is not reported): a rank waits for the members that never issued
+    that call, or for its send/recv peer. A cycle is a deadlock; across two groups it is an order inversion, and
+    the rank whose order breaks its own recorded history (and the other ranks') is named. With no such evidence
+    it is reported as a tie between the ranks of the cycle.
+    """
+    yield from _diags(ctx, DEADLOCK_KINDS)
+
+
+@rule("HANG006", "A rank's GPU work stopped completing", "error", explains=HANG_CONSEQUENCES,
+      confirm="Compare the culprit's last completed sequence number with its peers' in the same group (Flight "
+              "Recorder pg_status / entry states): the peers completed collectives the culprit took part in but "
+              "never saw complete.",
+      fix="Check that rank's GPU: dmesg / nvidia-smi -q for Xid and ECC errors, a hung kernel, a CUDA error in its "
+          "stderr; drain or replace the node, then restart from the last checkpoint.")
+def device_stalled(ctx: Context) -> Iterator[Finding]:
+    """Peers completed collectives that this rank issued but never saw complete: its own work stopped.
+
+    A collective completes on a member only when every member's part ran, so when a rank's last completed
+    sequence number stays below what its peers completed, its own GPU stream (or the thread that polls it) has
+    stopped — a GPU error, a hung kernel or a dead progress thread on that rank. Everything waiting on it
+    elsewhere (other pipeline stages, data-parallel peers) is listed as consequences. gloo reports no
+    completion, so this is judged only for NCCL groups.
+    """
+    yield from _diags(ctx, ("device_stalled",))
+
+
+@rule("HANG007", "The job could not form (rendezvous / store failure)", "error", explains=("HANG004",),
+      confirm="The stderr lines quoted: an address already in use, a refused connection to MASTER_ADDR:PORT, or a "
+              "store that timed out before every rank joined.",
+      fix="Pick a free MASTER_PORT (or let torchrun choose with --rdzv-endpoint=host:0), check MASTER_ADDR, "
+          "firewalls and that every node starts within the rendezvous timeout.")
+def rendezvous_failure(ctx: Context) -> Iterator[Finding]:
+    """The ranks never formed a job: the rendezvous store could not be created or reached.
+
+    Read from torchrun / c10d stderr (EADDRINUSE, connection refused, store timeouts). No collective ran, so no
+    dump or trace exists; without this rule such a run would read as 'no input'.
+    """
+    yield from _diags(ctx, ("rendezvous_failure",))

@@ -335,17 +335,17 @@ class Builder:
 
 
 def number(progs: list[Program]) -> None:
-    """Assign collective_seq_id per (rank, pg) and p2p_seq_id per rank, PyTorch style (both start at 1)."""
+    """Assign collective_seq_id and p2p_seq_id per (rank, pg), PyTorch style (each group counts both from 1)."""
     for p in progs:
         seq: dict = {}
-        p2p = 0
+        p2p: dict = {}
         for op in p.ops:
             if op[0] != "c":
                 continue
             c = op[1]
             if c.is_p2p:
-                p2p += 1
-                c.seq = p2p
+                p2p[c.pg] = p2p.get(c.pg, 0) + 1
+                c.seq = p2p[c.pg]
             else:
                 seq[c.pg] = seq.get(c.pg, 0) + 1
                 c.seq = seq[c.pg]

@@ -68,21 +68,28 @@ def crash_lines(job, rank: int, when_local: int) -> list[str]:
 
 
 def fr_dump(job, rank: int, records: list[dict]) -> dict:
-    """Flight Recorder dump (version 2.5) from one rank's enqueue log, plain types only."""
-    groups = job.topo.groups_of(rank)
+    """Flight Recorder dump (version 2.5) from one rank's enqueue log, plain types only, keyed as PyTorch keys it.
+
+    `pg_id` is the rank-local creation index of the group (non-members create none, so it differs across
+    ranks); `pg_status` is keyed by that pg_id and holds the number of the last work enqueued / started /
+    completed in that group in the work's own counter (collective or P2P), as ProcessGroupNCCL does; `op_id`
+    counts both per group.
+    """
+    groups = sorted(job.topo.groups_of(rank), key=lambda g: int(g.name))
+    local = {g.name: i for i, g in enumerate(groups)}
     to = job.cfg["nccl"]["timeout_ms"]
     entries = []
     seqc: dict = {}
-    p2p = 0
-    status = {g.name: {"last_enqueued_collective": -1, "last_started_collective": -1,
-                       "last_completed_collective": -1} for g in groups}
-    op_id = 0
+    p2pc: dict = {}
+    opc: dict = {}
+    status = {str(local[g.name]): {"last_enqueued_collective": -1, "last_started_collective": -1,
+                                   "last_completed_collective": -1} for g in groups}
     for rid, e in enumerate(records):
         c = e["call"]
         g = job.pg[c.pg]
-        op_id += 1
+        opc[c.pg] = opc.get(c.pg, 0) + 1
         if c.is_p2p:
-            p2p = c.seq
+            p2pc[c.pg] = c.seq
             me, peer = g.ranks.index(rank), g.ranks.index(c.peer)
             pname = f"nccl:send {me}->{peer}" if c.op == "send" else f"nccl:recv {me}<-{peer}"
         else:
@@ -96,8 +103,8 @@ def fr_dump(job, rank: int, records: list[dict]) -> dict:
                         "line": line},
                        {"name": "train_step", "filename": "/workspace/train.py", "line": 142},
                        {"name": "main", "filename": "/workspace/train.py", "line": 188}],
-            "record_id": rid, "pg_id": int(g.name), "process_group": [g.name, g.desc],
-            "collective_seq_id": seqc.get(c.pg, 0), "p2p_seq_id": p2p, "op_id": op_id,
+            "record_id": rid, "pg_id": local[c.pg], "process_group": [g.name, g.desc],
+            "collective_seq_id": seqc.get(c.pg, 0), "p2p_seq_id": p2pc.get(c.pg, 0), "op_id": opc[c.pg],
             "profiling_name": pname, "time_created_ns": e["created"],
             "input_sizes": ins, "input_dtypes": [KINETO_DTYPE[c.dtype]],
             "output_sizes": outs, "output_dtypes": [KINETO_DTYPE[c.dtype]],
@@ -105,15 +112,14 @@ def fr_dump(job, rank: int, records: list[dict]) -> dict:
             "time_discovered_completed_ns": e.get("completed"), "retired": st == "completed",
             "timeout_ms": to, "is_p2p": c.is_p2p,
         })
-        if not c.is_p2p:
-            s = status[c.pg]
-            s["last_enqueued_collective"] = c.seq
-            if st in ("started", "completed"):
-                s["last_started_collective"] = max(s["last_started_collective"], c.seq)
-            if st == "completed":
-                s["last_completed_collective"] = max(s["last_completed_collective"], c.seq)
+        s = status[str(local[c.pg])]
+        s["last_enqueued_collective"] = c.seq
+        if st in ("started", "completed"):
+            s["last_started_collective"] = c.seq
+        if st == "completed":
+            s["last_completed_collective"] = c.seq
     buf = job.cfg["flight_recorder"]["buffer"]
     return {"version": "2.5",
             "pg_config": {g.name: {"name": g.name, "desc": g.desc, "ranks": "[" + ", ".join(map(str, g.ranks)) + "]"}
-                          for g in groups},
+                          for g in groups}, "comm_lib_version": "2.21.5",
             "pg_status": status, "entries": entries[-buf:]}

@@ -116,8 +116,8 @@ def test_bad_inputs_do_not_stop_the_analysis(tmp_path: Path) -> None:
     """With one hostile, one binary and one truncated file among good dumps, the hang is still diagnosed."""
     paths = write_dumps(tmp_path, {0: [("0", s, "all_reduce", 16, "f32") for s in range(1, 6)],
                                    1: [("0", s, "all_reduce", 16, "f32") for s in range(1, 6)],
-                                   2: [("0", s, "all_reduce", 16, "f32") for s in range(1, 5)]})
-    evil = dump_dict(3, [("0", 1, "all_reduce", 16, "f32")])
+                                   2: [("0", s, "all_reduce", 16, "f32") for s in range(1, 5)]}, world=3)
+    evil = dump_dict(3, [("0", 1, "all_reduce", 16, "f32")], world=3)
     evil["entries"].append(_Evil(str(tmp_path / "marker")))
     (tmp_path / "nccl_trace_rank_3").write_bytes(pickle.dumps(evil, protocol=2))
     (tmp_path / "blob.bin").write_bytes(b"\x00\x01\x02" * 100)

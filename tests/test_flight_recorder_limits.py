@@ -145,7 +145,9 @@ def test_impossible_rank_falls_back_to_file_name(tmp_path: Path, rank) -> None:
 
 def test_huge_ranks_do_not_reach_the_analysis(tmp_path: Path) -> None:
     """Dumps claiming rank 10**9 / 1e30 are analysed as their file-name ranks; no range over 10**9 is built."""
-    a = write(tmp_path, "nccl_trace_rank_0", dump(10 ** 9, [entry(1), entry(2), entry(3)]))
+    a = write(tmp_path, "nccl_trace_rank_0", dump(10 ** 9, [entry(1), entry(2), entry(3, state="scheduled")],
+                                                  pg_status={"0": {"last_enqueued_collective": 3,
+                                                                   "last_completed_collective": 2}}))
     b = write(tmp_path, "nccl_trace_rank_1", dump(1e30, [entry(1), entry(2)],
                                                    pg_status={"0": {"last_enqueued_collective": 2,
                                                                     "last_completed_collective": 2}}))

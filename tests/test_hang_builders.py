@@ -38,8 +38,12 @@ def entry(pg: str, seq: int, op: str = "all_reduce", numel: int = 16, dtype: str
 
 
 def dump_dict(rank: int, seqs: list[tuple], world: int = 4, status: dict | None = None,
-              pg_config: dict | None = None) -> dict:
-    """A whole dump; seqs are (pg, seq, op, numel, dtype) tuples in call order."""
+              pg_config: dict | None = None, waits_in_last: bool = True) -> dict:
+    """A whole dump; seqs are (pg, seq, op, numel, dtype) tuples in call order.
+
+    Default pg_status, as PyTorch writes it (keyed by pg_id; here pg_id = group name): every group completed
+    what it enqueued except the group of the rank's last call, which it still waits in (`waits_in_last`).
+    """
     entries = [entry(*s, record_id=i) for i, s in enumerate(seqs)]
     if status is None:
         status = {}
@@ -49,16 +53,29 @@ def dump_dict(rank: int, seqs: list[tuple], world: int = 4, status: dict | None 
                                         "last_completed_collective": -1})
             st["last_enqueued_collective"] = max(st["last_enqueued_collective"], e["collective_seq_id"])
             st["last_completed_collective"] = st["last_enqueued_collective"]
+        if entries and (blocked := entries[-1]["process_group"][0]) in status and waits_in_last:
+            status[blocked]["last_completed_collective"] -= 1  # still waiting in its last call
     if pg_config is None:
         pg_config = {"0": {"name": "0", "desc": "default_pg", "ranks": str(list(range(world)))}}
     return {"version": "2.5", "pg_config": pg_config, "pg_status": status, "entries": entries, "rank": rank}
 
 
 def write_dumps(tmp: Path, per_rank: dict[int, list[tuple]], fmt: str = "pickle", **kw) -> list[Path]:
-    """Write one dump per rank as nccl_trace_rank_<r> (pickle) or .json; return the paths."""
+    """Write one dump per rank as nccl_trace_rank_<r> (pickle) or .json; return the paths.
+
+    Without an explicit status, a rank waits in its last call only if some other rank of the world did not issue
+    that call (a collective completes once every member issued it).
+    """
     paths = []
+    world = kw.get("world", 4)
+    last = {r: max((s[1] for s in seqs if s[0] == seqs[-1][0]), default=-1) for r, seqs in per_rank.items() if seqs}
     for r, seqs in per_rank.items():
-        d = dump_dict(r, seqs, **{k: (v[r] if isinstance(v, dict) and r in v else v) for k, v in kw.items()})
+        extra = {}
+        if "status" not in kw and seqs:
+            g, s = seqs[-1][0], last[r]
+            extra["waits_in_last"] = any(o not in per_rank or max((x[1] for x in per_rank[o] if x[0] == g),
+                                                                   default=-1) < s for o in range(world))
+        d = dump_dict(r, seqs, **extra, **{k: (v[r] if isinstance(v, dict) and r in v else v) for k, v in kw.items()})
         if fmt == "json":
             p = tmp / f"nccl_trace_rank_{r}.json"
             p.write_text(json.dumps(d))
@@ -123,4 +140,4 @@ def test_builder_dump_roundtrip(tmp_path: Path) -> None:
     assert list(d.entries["output_numel"]) == [8, 32]
     assert list(d.entries["input_dtypes"]) == ["Float", "Half"]
     assert d.pg_config == {"0": {"desc": "default_pg", "ranks": [0, 1, 2, 3]}}
-    assert d.pg_status["0"] == {"last_enqueued": 2, "last_started": -1, "last_completed": 2}
+    assert d.pg_status["0"] == {"last_enqueued": 2, "last_started": -1, "last_completed": 1}  # waits in its last

@@ -131,8 +131,9 @@ def test_hang_leaves_every_other_member_waiting_at_the_same_seq(name):
         else:
             d = _plain_pickle(SIM / name / f)
         r = int(f.split("_")[-1].split(".")[0])
-        if r in waiting:
-            st = d["pg_status"][h["process_group"]]
+        if r in waiting:  # pg_status is keyed by the rank-local pg_id the entries carry, as PyTorch keys it
+            pid = next(x["pg_id"] for x in d["entries"] if x["process_group"][0] == h["process_group"])
+            st = d["pg_status"][str(pid)]
             assert st["last_started_collective"] == h["seq"]
             assert st["last_completed_collective"] == h["seq"] - 1
             ent = [x for x in d["entries"] if x["process_group"][0] == h["process_group"]

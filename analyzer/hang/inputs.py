@@ -1,8 +1,13 @@
-"""Bring Flight Recorder dumps, NCCL COLL records and watchdog lines into one per-group sequence table.
+"""Bring Flight Recorder dumps, NCCL COLL records and watchdog lines into per-group call and progress tables.
 
-Rows of `seqs`: one collective call of one rank, keyed by (group, rank, seq). Group keys: the PG id for
-Flight Recorder and watchdog data (they share it: FR `pg_name` == watchdog `PG ID`), `nccl:<commId>` for NCCL
-communicators (opCount is a different counter, so these are analysed as their own groups).
+`calls`: one row per call of one rank in one group. Collectives carry `seq` = their collective sequence number
+(FR `collective_seq_id`, NCCL `opCount + 1` once a communicator is linked to its group, watchdog `SeqNum`);
+P2P ops carry `seq` = their P2P number and `coll_seq` = the collective counter at that point (the two counters
+are never compared). Groups are keyed by the process-group *name* every member shares (FR `process_group[0]`,
+the watchdog's `PG ID`), or `nccl:<commId>` for an NCCL communicator not linked to a group.
+
+`progress`: one row per (group, rank): how far the rank got in collectives (enqueued / completed, -1 unknown)
+and in P2P ops, from its own entries and its translated `pg_status` (analyzer/hang/fr_groups.py).
 """
 from __future__ import annotations
 
@@ -12,15 +17,19 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from analyzer.hang import fr_groups
 from parsers.flight_recorder import MAX_RANK
 
-SEQ_COLUMNS = ["source", "group", "rank", "seq", "op", "numel_in", "numel_out", "dtype", "done", "order",
-               "file", "line", "text", "frame"]
-STATUS_COLUMNS = ["source", "group", "rank", "last_enqueued", "last_started", "last_completed", "file"]
+CALL_COLUMNS = ["source", "group", "rank", "kind", "seq", "coll_seq", "op", "peer", "numel_in", "numel_out",
+                "sizes_in", "sizes_out", "dtype_in", "dtype_out", "done", "order", "created_ns", "file", "line",
+                "text", "frame"]
+PROGRESS_COLUMNS = ["group", "rank", "source", "coll_enqueued", "coll_completed", "p2p_enqueued", "p2p_completed",
+                    "space", "raw_enqueued", "raw_started", "raw_completed", "window_lo", "file"]
 NCCL_DTYPES = {0: "int8", 1: "uint8", 2: "int32", 3: "uint32", 4: "int64", 5: "uint64", 6: "float16",
                7: "float32", 8: "float64", 9: "bfloat16", 10: "fp8_e4m3", 11: "fp8_e5m2"}
 FR_DTYPES = {"Float": "float32", "Double": "float64", "Half": "float16", "BFloat16": "bfloat16", "Int": "int32",
-             "Long": "int64", "Char": "int8", "Byte": "uint8", "Bool": "bool", "Short": "int16"}
+             "Long": "int64", "Char": "int8", "Byte": "uint8", "Bool": "bool", "Short": "int16",
+             "Float8_e4m3fn": "fp8_e4m3", "Float8_e5m2": "fp8_e5m2", "ComplexFloat": "complex64"}
 MAX_WORLD_FILL = 1 << 14  # without world_size, ranks 0..max seen are assumed only up to this many
 _WD_OPS = {"ALLREDUCE": "allreduce", "ALLGATHER": "allgather", "_ALLGATHER_BASE": "allgather",
            "REDUCE_SCATTER": "reducescatter", "_REDUCE_SCATTER_BASE": "reducescatter", "BROADCAST": "broadcast",
@@ -30,71 +39,159 @@ _WD_OPS = {"ALLREDUCE": "allreduce", "ALLGATHER": "allgather", "_ALLGATHER_BASE"
 
 @dataclass
 class Group:
-    """A process group / communicator: its key, description, members (global ranks; None when unknown)."""
+    """A process group / communicator: name, description, members (global ranks; None when unknown), backend."""
 
     key: str
     desc: str = ""
     members: set[int] | None = None
     source: str = ""
     member_source: str = ""
+    backend: str = ""
+    pg_ids: dict[int, str] = field(default_factory=dict)
+
+
+@dataclass
+class DumpFacts:
+    """What one rank's dump holds: its file, format, backend, entry count and whether the buffer was empty."""
+
+    rank: int
+    path: str
+    format: str
+    backend: str
+    entries: int
+    has_entries: bool
+    version: str
 
 
 @dataclass
 class HangInputs:
     """Everything the hang analysis compares, in plain tables."""
 
-    seqs: pd.DataFrame
-    status: pd.DataFrame
+    calls: pd.DataFrame
+    progress: pd.DataFrame
     groups: dict[str, Group]
     world: set[int]
-    dump_ranks: set[int]
+    dumps: dict[int, DumpFacts]
     log_ranks: dict[int, list[Any]] = field(default_factory=dict)
     warn_ranks: set[int] = field(default_factory=set)
     errors: pd.DataFrame = field(default_factory=pd.DataFrame)
     warnings: list[str] = field(default_factory=list)
 
+    @property
+    def dump_ranks(self) -> set[int]:
+        return set(self.dumps)
 
-def _dtype(s: str) -> str:
-    """Comma-joined FR dtypes ('Float,Float') → one normalised name set string."""
+
+def norm_dtypes(s: str) -> str:
+    """Comma-joined FR dtypes ('Float,Float') → sorted set of normalised names ('float32')."""
     parts = sorted({FR_DTYPES.get(x.strip(), x.strip().lower()) for x in str(s).split(",") if x.strip()})
     return ",".join(parts)
 
 
-def _fr_rows(dumps: list, groups: dict[str, Group], warnings: list[str]) -> tuple[list[dict], list[dict]]:
-    """Seq and status rows from Flight Recorder dumps; registers their groups."""
-    seqs, status = [], []
+def _global_peer(local: np.ndarray, members: list[int]) -> np.ndarray:
+    """Group-local peer indices → global ranks through the sorted member list (-1 where out of range)."""
+    out = np.full(len(local), -1, dtype=np.int64)
+    if members:
+        ok = (local >= 0) & (local < len(members))
+        out[ok] = np.asarray(members, dtype=np.int64)[local[ok]]
+    return out
+
+
+def _fr_tables(dumps: list, groups: dict[str, Group], warnings: list[str]
+               ) -> tuple[list[pd.DataFrame], list[dict], dict[int, DumpFacts]]:
+    """Call rows, progress rows and per-rank dump facts from Flight Recorder dumps; registers their groups."""
+    frames, progress, facts = [], [], {}
+    usable = []
     for d in dumps:
-        if d.rank is None:
-            warnings.append(f"{d.path}: rank unknown; dump not used for cross-rank matching")
+        rank = _rank_int(d.rank)
+        if rank is None:
+            why = "rank unknown" if d.rank is None else f"rank {d.rank!r} is not a rank (0 <= rank < {MAX_RANK})"
+            warnings.append(f"{d.path}: {why}; dump not used for cross-rank matching")
             continue
-        if _rank_int(d.rank) is None:
-            warnings.append(f"{d.path}: rank {d.rank!r} is not a rank (an integer 0 <= rank < {MAX_RANK}); "
-                            "dump not used for cross-rank matching")
+        if rank in facts:
+            warnings.append(f"{d.path}: a second dump of rank {rank} (first: {facts[rank].path}); ignored")
             continue
-        e = d.entries
-        for name, cfg in d.pg_config.items():
-            if name == "" or cfg.get("ranks") in (None, []):
-                continue
-            g = groups.setdefault(name, Group(name, source="flight_recorder"))
-            g.desc = g.desc or cfg.get("desc", "")
-            if g.members is None:
-                g.members, g.member_source = _ranks_ok(cfg["ranks"]), "pg_config"
-        for name in set(d.pg_status) | set(e["pg_name"]):
-            g = groups.setdefault(name, Group(name, source="flight_recorder"))
-        for name, desc in e.groupby("pg_name")["pg_desc"].first().items():
-            groups[name].desc = groups[name].desc or desc
-        coll = e[~e["is_p2p"] & (e["collective_seq_id"] > 0)]
-        for r in coll.itertuples(index=False):
-            done = r.state == "completed" or r.time_completed_ns > 0
-            seqs.append(dict(source="flight_recorder", group=r.pg_name, rank=d.rank, seq=r.collective_seq_id,
-                             op=r.op, numel_in=r.input_numel, numel_out=r.output_numel, dtype=_dtype(r.input_dtypes),
-                             done=done, order=r.record_id, file=d.path, line=None,
-                             text=f"rank {d.rank} {r.profiling_name} seq {r.collective_seq_id} in {r.input_sizes} "
-                                  f"{r.input_dtypes} out {r.output_sizes} state {r.state}",
-                             frame=r.top_frame))
-        for name, st in d.pg_status.items():
-            status.append(dict(source="flight_recorder", group=name, rank=d.rank, file=d.path, **st))
-    return seqs, status
+        e = d.entries.sort_values("record_id", kind="stable")
+        facts[rank] = DumpFacts(rank, d.path, d.format, d.backend, len(e), bool(getattr(d, "has_entries", True)),
+                                d.version)
+        usable.append((rank, d, e[e["pg_name"] != ""]))
+        _register_groups(d, e, groups)
+    for rank, d, named in usable:  # second pass: every group's members are known now (global P2P peers)
+        names = fr_groups.pg_id_names(named, d.pg_config, d.pg_status)
+        warnings.extend(f"{d.path}: {c}" for c in names.conflicts)
+        for pid, name in names.names.items():
+            if name in groups:
+                groups[name].pg_ids[rank] = pid
+        unnamed = sorted(set(d.pg_status) - set(names.names), key=lambda k: (len(k), k))
+        if unnamed:
+            warnings.append(f"{d.path}: pg_status of pg_id {', '.join(unnamed)} left unnamed (no entry of those "
+                            "groups in the buffer, and their names cannot be told from pg_config)")
+        if len(named):
+            frames.append(_fr_calls(d, rank, named, groups))
+        for pid, st in d.pg_status.items():
+            name = names.names.get(pid)
+            if name is not None:
+                progress.append(_fr_progress(d, rank, name, named[named["pg_name"] == name], st,
+                                             pid in names.inferred))
+    return frames, progress, facts
+
+
+def _register_groups(d: Any, e: pd.DataFrame, groups: dict[str, Group]) -> None:
+    """Groups named by one dump's pg_config and entries, with members from pg_config (gloo's '' entry skipped)."""
+    for name, cfg in d.pg_config.items():
+        if name == "":
+            continue
+        g = groups.setdefault(name, Group(name, source="flight_recorder"))
+        g.desc = g.desc or cfg.get("desc", "")
+        ranks = cfg.get("ranks")
+        if ranks and g.members is None:
+            g.members, g.member_source = _ranks_ok(ranks), "pg_config"
+    named = e[e["pg_name"] != ""]
+    for name, desc in named.groupby("pg_name")["pg_desc"].first().items():
+        g = groups.setdefault(name, Group(name, source="flight_recorder"))
+        g.desc = g.desc or desc
+        g.backend = g.backend or d.backend
+
+
+def _fr_progress(d: Any, rank: int, name: str, mine: pd.DataFrame, st: dict, inferred: bool) -> dict:
+    """One progress row: the rank's pg_status of a group translated to collective / P2P numbers."""
+    tr = fr_groups.status_space(mine, st, d.backend)
+    coll = mine[~mine["is_p2p"]]
+    return dict(group=name, rank=rank, source="flight_recorder", coll_enqueued=tr.coll_enqueued,
+                coll_completed=tr.coll_completed, p2p_enqueued=tr.p2p_enqueued, p2p_completed=tr.p2p_completed,
+                space=tr.space + ("/inferred-name" if inferred else ""),
+                raw_enqueued=int(st.get("last_enqueued", -1)), raw_started=int(st.get("last_started", -1)),
+                raw_completed=int(st.get("last_completed", -1)),
+                window_lo=int(coll["collective_seq_id"].min()) if len(coll) else -1, file=d.path)
+
+
+def _fr_calls(d: Any, rank: int, e: pd.DataFrame, groups: dict[str, Group]) -> pd.DataFrame:
+    """One dump's entries → call rows (collectives with seq > 0, P2P ops with their global peer)."""
+    e = e[e["op"] != "coalesced"]
+    p2p = e["is_p2p"].to_numpy()
+    seq = np.where(p2p, e["p2p_seq_id"].to_numpy(), e["collective_seq_id"].to_numpy())
+    keep = seq > 0
+    e, p2p, seq = e[keep], p2p[keep], seq[keep]
+    peer = e["peer"].to_numpy().astype(np.int64)
+    gpeer = np.full(len(e), -1, dtype=np.int64)
+    for name in pd.unique(e.loc[p2p, "pg_name"]) if p2p.any() else []:
+        g = groups.get(name)
+        idx = (e["pg_name"].to_numpy() == name) & p2p
+        gpeer[idx] = _global_peer(peer[idx], sorted(g.members) if g and g.members else [])
+    # 'scheduled' does not mean incomplete (completion is often not discovered per entry): `_completion` decides
+    done = np.where(e["state"].to_numpy() == "completed", 1, -1)
+    text = ("rank " + str(rank) + " " + e["profiling_name"] + np.where(p2p, " p2p #", " seq ") + seq.astype(str)
+            + " in " + e["input_sizes"] + " " + e["input_dtypes"] + " out " + e["output_sizes"] + " state "
+            + e["state"])
+    return pd.DataFrame({
+        "source": "flight_recorder", "group": e["pg_name"].to_numpy(), "rank": rank,
+        "kind": np.where(p2p, "p2p", "coll"), "seq": seq, "coll_seq": e["collective_seq_id"].to_numpy(),
+        "op": e["op"].to_numpy(), "peer": gpeer, "numel_in": e["input_numel"].to_numpy(),
+        "numel_out": e["output_numel"].to_numpy(), "sizes_in": e["input_sizes"].to_numpy(),
+        "sizes_out": e["output_sizes"].to_numpy(),
+        "dtype_in": [norm_dtypes(x) for x in e["input_dtypes"]], "dtype_out": [norm_dtypes(x) for x in e["output_dtypes"]],
+        "done": done, "order": e["record_id"].to_numpy(), "created_ns": e["time_created_ns"].to_numpy(),
+        "file": d.path, "line": -1, "text": text.to_numpy(), "frame": e["top_frame"].to_numpy()}, columns=CALL_COLUMNS)
 
 
 def _log_rank_map(log: Any) -> dict[tuple[str, int], int]:
@@ -107,7 +204,7 @@ def _log_rank_map(log: Any) -> dict[tuple[str, int], int]:
 
 
 def _nccl_rows(logs: list, groups: dict[str, Group]) -> list[pd.DataFrame]:
-    """Seq rows from NCCL COLL lines, one group per commId; registers communicators and their members."""
+    """Call rows from NCCL COLL lines, one group per commId; registers communicators and their members."""
     frames = []
     for log in logs:
         rmap = _log_rank_map(log)
@@ -119,7 +216,7 @@ def _nccl_rows(logs: list, groups: dict[str, Group]) -> list[pd.DataFrame]:
                     continue
                 key = f"nccl:{cid}"
                 g = groups.setdefault(key, Group(key, desc=f"nccl comm {cid} nranks={c.nranks}", source="nccl_log",
-                                                 members=set(), member_source="nccl_init"))
+                                                 members=set(), member_source="nccl_init", backend="nccl"))
                 grank = getattr(c, "global_rank", -1)
                 grank = int(grank) if grank is not None and int(grank) >= 0 else rmap.get((c.host, int(c.pid)), -1)
                 g.members.add(grank if grank >= 0 else int(c.rank))
@@ -128,14 +225,14 @@ def _nccl_rows(logs: list, groups: dict[str, Group]) -> list[pd.DataFrame]:
             continue
         df = _coll_rows(log, colls, rmap)
         for key in df["group"].unique():
-            groups.setdefault(key, Group(key, source="nccl_log"))
+            groups.setdefault(key, Group(key, source="nccl_log", backend="nccl"))
         if len(df):
             frames.append(df)
     return frames
 
 
 def _coll_rows(log: Any, colls: pd.DataFrame, rmap: dict[tuple[str, int], int]) -> pd.DataFrame:
-    """Seq rows of one log's COLL lines, built with column operations (logs can hold millions of them)."""
+    """Call rows of one log's COLL lines, built with column operations (logs can hold millions of them)."""
     cid = colls["comm_id"].fillna("").astype(str) if "comm_id" in colls else pd.Series("", index=colls.index)
     crank = pd.to_numeric(colls["rank"], errors="coerce") if "rank" in colls else pd.Series(-1.0, index=colls.index)
     crank = crank.fillna(-1)
@@ -154,7 +251,7 @@ def _coll_rows(log: Any, colls: pd.DataFrame, rmap: dict[tuple[str, int], int]) 
         seq = oc.map({v: _hex(v) for v in pd.unique(oc)}).fillna(-1)
         keep &= seq >= 0
     if not keep.any():
-        return pd.DataFrame(columns=SEQ_COLUMNS)
+        return pd.DataFrame(columns=CALL_COLUMNS)
     c = colls[keep]
     rank, seq, cid = rank[keep].astype("int64"), seq[keep].astype("int64"), cid[keep]
     dt = c["datatype"].map({v: _nccl_dtype(v) for v in pd.unique(c["datatype"])})
@@ -168,10 +265,13 @@ def _coll_rows(log: Any, colls: pd.DataFrame, rmap: dict[tuple[str, int], int]) 
     hexes = np.array([format(x, "x") for x in seq.tolist()], dtype=object)
     text = ("rank " + txt(rank) + " " + txt(c["op"]) + ": opCount " + hexes + " count " + txt(c["count"])
             + " datatype " + txt(c["datatype"]))
-    df = pd.DataFrame({"source": "nccl_log", "group": "nccl:" + cid, "rank": rank, "seq": seq,
-                       "op": op, "numel_in": cnt, "numel_out": cnt, "dtype": dt, "done": None,
-                       "order": line, "file": log.path, "line": line, "text": pd.Series(text, index=c.index, dtype=object),
-                       "frame": ""}, columns=SEQ_COLUMNS)
+    p2p = op.isin(["send", "recv"]).to_numpy()
+    df = pd.DataFrame({"source": "nccl_log", "group": "nccl:" + cid, "rank": rank,
+                       "kind": np.where(p2p, "p2p", "coll"), "seq": seq, "coll_seq": seq,
+                       "op": op, "peer": -1, "numel_in": cnt, "numel_out": cnt, "sizes_in": txt(cnt),
+                       "sizes_out": txt(cnt), "dtype_in": dt, "dtype_out": dt, "done": -1,
+                       "order": line, "created_ns": -1, "file": log.path, "line": line,
+                       "text": pd.Series(text, index=c.index, dtype=object), "frame": ""}, columns=CALL_COLUMNS)
     return df.reset_index(drop=True)
 
 
@@ -216,14 +316,16 @@ def _wd_rank(r: Any) -> int:
 
 
 def _watchdog_rows(logs: list, groups: dict[str, Group]) -> tuple[list[dict], list[dict], list[dict]]:
-    """Seq rows (timed-out work), status rows (last enqueued/started/completed) and error rows from watchdog lines."""
-    seqs, status, errors = [], [], []
+    """Call rows (timed-out work), progress rows (last enqueued/completed) and error rows from watchdog lines.
+
+    The watchdog's `PG ID` is the group's name (`pg_uid`), and its `SeqNum` a collective number for collectives.
+    """
+    calls, progress, errors = [], [], []
     for log in logs:
         wd = getattr(log, "watchdog", None)
         if wd is None or wd.empty:
             continue
         st: dict[tuple[str, int], dict] = {}
-        # timeout lines often lack the PG prefix; the status line of the same rank and failed seq carries it
         fs = wd["failed_seq"] if "failed_seq" in wd else pd.Series([-1] * len(wd), index=wd.index)
         pg_of = {(_wd_rank(r), int(f)): int(r.pg_id) for r, f in zip(wd.itertuples(index=False), fs)
                  if int(r.pg_id) >= 0 and int(f) >= 0}
@@ -235,24 +337,33 @@ def _watchdog_rows(logs: list, groups: dict[str, Group]) -> tuple[list[dict], li
             if rank < 0:
                 continue
             kind = str(r.kind)
+            op = _WD_OPS.get(str(r.op_type).upper(), str(r.op_type).lower())
             if kind in ("timeout",) or (kind not in ("last_enqueued", "last_completed", "last_started")
                                         and int(r.seq) > 0 and str(getattr(r, "op_type", ""))):
-                g = groups.setdefault(pg, Group(pg, source="watchdog"))
+                g = groups.setdefault(pg, Group(pg, source="watchdog", backend="nccl"))
                 g.desc = g.desc or str(r.pg_desc or "")
-                seqs.append(dict(source="watchdog", group=pg, rank=rank, seq=int(r.seq),
-                                 op=_WD_OPS.get(str(r.op_type).upper(), str(r.op_type).lower()),
-                                 numel_in=int(r.numel_in), numel_out=int(r.numel_out), dtype="", done=False,
-                                 order=int(r.line), file=log.path, line=int(r.line), text=str(r.message), frame=""))
+                p2p = op in ("send", "recv")
+                calls.append(dict(source="watchdog", group=pg, rank=rank, kind="p2p" if p2p else "coll",
+                                  seq=int(r.seq), coll_seq=-1 if p2p else int(r.seq), op=op, peer=-1,
+                                  numel_in=int(r.numel_in), numel_out=int(r.numel_out), sizes_in=str(int(r.numel_in)),
+                                  sizes_out=str(int(r.numel_out)), dtype_in="", dtype_out="", done=0,
+                                  order=int(r.line), created_ns=-1, file=log.path, line=int(r.line),
+                                  text=str(r.message), frame=""))
             elif kind.startswith("last_"):
-                groups.setdefault(pg, Group(pg, desc=str(r.pg_desc or ""), source="watchdog"))
-                s = st.setdefault((pg, rank), dict(source="watchdog", group=pg, rank=rank, last_enqueued=-1,
-                                                   last_started=-1, last_completed=-1, file=log.path))
-                s[kind] = max(s[kind], int(r.seq))
+                groups.setdefault(pg, Group(pg, desc=str(r.pg_desc or ""), source="watchdog", backend="nccl"))
+                s = st.setdefault((pg, rank), dict(group=pg, rank=rank, source="watchdog", coll_enqueued=-1,
+                                                   coll_completed=-1, p2p_enqueued=-1, p2p_completed=-1,
+                                                   space=fr_groups.COLL, raw_enqueued=-1, raw_started=-1,
+                                                   raw_completed=-1, window_lo=-1, file=log.path))
+                col = {"last_enqueued": "coll_enqueued", "last_completed": "coll_completed"}.get(kind)
+                if col:
+                    s[col] = max(s[col], int(r.seq))
+                s["raw_" + kind[5:]] = max(s["raw_" + kind[5:]], int(r.seq))
             if kind in ("nccl_error", "dist_backend_error", "remote_error", "teardown", "timeout"):
                 errors.append(dict(rank=rank, group=pg, kind=kind, seq=int(r.seq), file=log.path, line=int(r.line),
                                    text=str(r.message)))
-        status.extend(st.values())
-    return seqs, status, errors
+        progress.extend(st.values())
+    return calls, progress, errors
 
 
 def _warn_ranks(logs: list) -> set[int]:
@@ -280,33 +391,37 @@ def _log_ranks(logs: list) -> dict[int, list[Any]]:
     return out
 
 
+def _dedupe(calls: pd.DataFrame) -> pd.DataFrame:
+    """One row per (group, rank, kind, seq, position in a coalesced call): the dump beats a COLL line beats a watchdog line."""
+    if calls.empty:
+        return calls
+    pri = calls["source"].map({"flight_recorder": 0, "nccl_log": 1, "watchdog": 2})
+    calls = calls.assign(_pri=pri).sort_values(["_pri", "order"], kind="stable")
+    best = calls.groupby(["group", "rank", "kind", "seq"])["_pri"].transform("min")
+    calls = calls[calls["_pri"] == best]
+    return calls.drop(columns="_pri").sort_values(["group", "rank", "kind", "seq", "order"]).reset_index(drop=True)
+
+
 def gather(dumps: list, logs: list, world_size: int | None) -> HangInputs:
     """Build the unified tables; resolve group membership where the inputs did not state it."""
     groups: dict[str, Group] = {}
     warnings: list[str] = []
-    s1, st1 = _fr_rows(dumps, groups, warnings)
-    s2 = _nccl_rows(logs, groups)
-    s3, st3, err = _watchdog_rows(logs, groups)
-    parts = [pd.DataFrame(s1, columns=SEQ_COLUMNS)] + s2 + [pd.DataFrame(s3, columns=SEQ_COLUMNS)]
-    parts = [x for x in parts if len(x)]
-    seqs = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=SEQ_COLUMNS)
-    if not seqs.empty:  # the dump is the better witness of the same call than a watchdog line
-        seqs["_pri"] = seqs["source"].map({"flight_recorder": 0, "nccl_log": 1, "watchdog": 2})
-        seqs = seqs.sort_values(["_pri", "order"]).drop_duplicates(["group", "rank", "seq"]).drop(columns="_pri")
-        seqs = seqs.sort_values(["group", "rank", "seq"]).reset_index(drop=True)
-    status = pd.DataFrame(st1 + st3, columns=STATUS_COLUMNS)
-    dump_ranks = {d.rank for d in dumps if d.rank is not None}
+    fr_frames, fr_progress, facts = _fr_tables(dumps, groups, warnings)
+    nccl_frames = _nccl_rows(logs, groups)
+    wd_calls, wd_progress, err = _watchdog_rows(logs, groups)
+    parts = [x for x in fr_frames + nccl_frames + [pd.DataFrame(wd_calls, columns=CALL_COLUMNS)] if len(x)]
+    calls = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=CALL_COLUMNS)
+    calls = _dedupe(calls)
+    progress = pd.DataFrame(fr_progress + wd_progress, columns=PROGRESS_COLUMNS)
     log_ranks = _log_ranks(logs)
     if world_size and not 0 < world_size <= MAX_RANK:
         warnings.append(f"world size {world_size} is not in 1..{MAX_RANK}; ignored")
         world_size = None
     world = set(range(world_size)) if world_size else set()
-    seen = dump_ranks | set(log_ranks) | set(pd.to_numeric(seqs["rank"], errors="coerce").dropna()) \
-        | set(pd.to_numeric(status["rank"], errors="coerce").dropna())
-    for d in dumps:
-        for cfg in d.pg_config.values():
-            if cfg.get("ranks"):
-                seen |= _ranks_ok(cfg["ranks"])
+    seen = set(facts) | set(log_ranks) | set(pd.to_numeric(calls["rank"], errors="coerce").dropna().astype(int)) \
+        | set(pd.to_numeric(progress["rank"], errors="coerce").dropna().astype(int))
+    for g in groups.values():
+        seen |= g.members or set()
     world |= _ranks_ok(seen)
     if not world_size and world:
         if max(world) < MAX_WORLD_FILL:  # ranks are dense: a gap is a rank that left nothing
@@ -314,59 +429,88 @@ def gather(dumps: list, logs: list, world_size: int | None) -> HangInputs:
         else:
             warnings.append(f"highest rank seen is {max(world)}; the world is taken as the {len(world)} ranks seen "
                             "(pass the world size to count ranks that left nothing)")
-    _resolve_members(groups, seqs, status, world)
-    seqs = _link_comms(seqs, groups, warnings)
-    return HangInputs(seqs=seqs, status=status, groups=groups, world=world, dump_ranks=dump_ranks,
+    _resolve_members(groups, calls, progress, world)
+    calls, progress = _link_comms(calls, progress, groups, warnings)
+    calls = _completion(calls, progress, groups)
+    return HangInputs(calls=calls, progress=progress, groups=groups, world=world, dumps=facts,
                       log_ranks=log_ranks, warn_ranks=_warn_ranks(logs),
                       errors=pd.DataFrame(err, columns=["rank", "group", "kind", "seq", "file", "line", "text"]),
                       warnings=warnings)
 
 
-def _link_comms(seqs: pd.DataFrame, groups: dict[str, Group], warnings: list[str]) -> pd.DataFrame:
+def _link_comms(calls: pd.DataFrame, progress: pd.DataFrame, groups: dict[str, Group], warnings: list[str]
+                ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Fold an NCCL communicator into the process group it serves when members match and opCount + 1 == SeqNum.
 
     The offset is checked against the watchdog/FR rows of that group (same count at seq = opCount + 1 on a
     majority of comparable rows); with nothing to check against, a communicator is linked only when exactly one
     process group has its members.
     """
-    if seqs.empty:
-        return seqs
+    if calls.empty:
+        return calls, progress
     pgs = [g for g in groups.values() if not g.key.startswith("nccl:") and g.members]
     for c in [g for g in groups.values() if g.key.startswith("nccl:") and g.members]:
         cands = [g for g in pgs if g.members == c.members]
-        crow = seqs[seqs["group"] == c.key]
+        crow = calls[(calls["group"] == c.key) & (calls["kind"] == "coll")]
         if not cands or crow.empty:
             continue
         best, best_score = None, 0
         for g in cands:
-            grow = seqs[(seqs["group"] == g.key) & (seqs["source"] != "nccl_log")]
+            grow = calls[(calls["group"] == g.key) & (calls["source"] != "nccl_log") & (calls["kind"] == "coll")]
             m = grow.merge(crow.assign(seq=crow["seq"] + 1), on=["rank", "seq"], suffixes=("", "_c"))
             m = m[(m["numel_in"] >= 0) & (m["numel_in_c"] >= 0)]
             hits = int((m["numel_in"] == m["numel_in_c"]).sum())
             score = hits - (len(m) - hits)
             if score > best_score:
                 best, best_score = g, score
-        if best is None and len(cands) == 1 and seqs[(seqs["group"] == cands[0].key)].empty:
+        if best is None and len(cands) == 1 and calls[(calls["group"] == cands[0].key)].empty:
             best = cands[0]
         if best is None:
             continue
-        idx = seqs["group"] == c.key
-        seqs.loc[idx, "seq"] = seqs.loc[idx, "seq"] + 1
-        seqs.loc[idx, "group"] = best.key
+        idx = (calls["group"] == c.key) & (calls["kind"] == "coll")
+        calls.loc[idx, "seq"] = calls.loc[idx, "seq"] + 1
+        calls.loc[idx, "coll_seq"] = calls.loc[idx, "seq"]
+        calls.loc[calls["group"] == c.key, "group"] = best.key
         best.desc = best.desc or c.desc
         warnings.append(f"NCCL communicator {c.key[5:]} linked to process group {best.key} ({best.desc}): "
                         "opCount + 1 used as the sequence number")
         del groups[c.key]
-    pri = seqs["source"].map({"flight_recorder": 0, "nccl_log": 1, "watchdog": 2})
-    seqs = seqs.assign(_pri=pri).sort_values(["_pri", "order"]).drop_duplicates(["group", "rank", "seq"])
-    return seqs.drop(columns="_pri").sort_values(["group", "rank", "seq"]).reset_index(drop=True)
+    return _dedupe(calls), progress
 
 
-def _resolve_members(groups: dict[str, Group], seqs: pd.DataFrame, status: pd.DataFrame, world: set[int]) -> None:
+def _completion(calls: pd.DataFrame, progress: pd.DataFrame, groups: dict[str, Group]) -> pd.DataFrame:
+    """Mark each call done (1) / not done (0) / unknown (-1) from the rank's completed counts of that group.
+
+    A call is done when its number is at most the rank's last completed number of the same counter (collective
+    or P2P) or its own entry says so; not done when a completed count is known and it is above it; unknown
+    otherwise. gloo's counts say nothing (it counts failed work as completed), so gloo calls stay unknown unless
+    marked done by their entry.
+    """
+    if calls.empty:
+        return calls
+    gloo = {k for k, g in groups.items() if g.backend == "gloo"}
+    p = progress[~progress["group"].isin(gloo)] if len(progress) else progress
+    if p.empty:
+        return calls
+    p = p.sort_values("coll_completed", ascending=False)
+    key = calls[["group", "rank"]].astype({"rank": "int64"})
+    m = key.merge(p[["group", "rank", "coll_completed", "p2p_completed"]].drop_duplicates(["group", "rank"]),
+                  on=["group", "rank"], how="left")
+    lim = np.where(calls["kind"].to_numpy() == "p2p", m["p2p_completed"].fillna(-1).to_numpy(),
+                   m["coll_completed"].fillna(-1).to_numpy()).astype(np.int64)
+    done = calls["done"].to_numpy().astype(np.int64).copy()
+    known = lim >= 0
+    seq = calls["seq"].to_numpy().astype(np.int64)
+    done[known & (seq <= lim)] = 1
+    done[known & (seq > lim) & (done != 1)] = 0
+    return calls.assign(done=done)
+
+
+def _resolve_members(groups: dict[str, Group], calls: pd.DataFrame, progress: pd.DataFrame, world: set[int]) -> None:
     """Members of groups whose config did not list them: the world for the default group, else those observed."""
     for g in groups.values():
         if g.members is None and (g.key == "0" or g.desc == "default_pg"):
             g.members, g.member_source = set(world), "world"
         elif g.members is None:
-            seen = set(seqs.loc[seqs["group"] == g.key, "rank"]) | set(status.loc[status["group"] == g.key, "rank"])
+            seen = set(calls.loc[calls["group"] == g.key, "rank"]) | set(progress.loc[progress["group"] == g.key, "rank"])
             g.members, g.member_source = {int(x) for x in seen}, "observed"

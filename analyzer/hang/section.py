@@ -9,25 +9,37 @@ from analyzer.hang.analysis import analyze_hang
 from analyzer.load.job import Job
 from parsers.kineto import rank_from_file_name
 
+_TEXT_SUFFIXES = (".log", ".err", ".txt", ".out", ".stderr", ".stdout")
+
 
 def rank_stderr_files(job: Job) -> dict[int, str]:
-    """Per-rank log files named like `stderr_rank3.log` / `rank3.err`: their last lines are a crash's evidence."""
+    """Files that hold one rank's output only (`stderr_rank3.log`, `rank3.err`): their last lines are evidence.
+
+    A file that holds several ranks' lines (a launcher's combined log) is not one rank's file, whatever its name.
+    """
+    multi = {str(getattr(s, "path", "")) for s in getattr(job, "stderr_logs", []) or []
+             if len(getattr(s, "ranks", ()) or ()) > 1}
     out: dict[int, str] = {}
     for f in job.files:
-        if f.kind != "nccl_log" and Path(f.path).suffix.lower() not in (".log", ".err", ".txt", ".out", ".stderr", ".stdout"):
+        if f.status == "failed" or f.path in multi:
+            continue
+        if f.kind != "nccl_log" and Path(f.path).suffix.lower() not in _TEXT_SUFFIXES:
             continue
         rank = rank_from_file_name(f.path)
-        if rank is not None and f.status != "failed":
+        if rank is not None:
             out.setdefault(rank, f.path)
     return out
 
 
 def hang_section(job: Job) -> dict[str, Any]:
-    """Diagnoses (root cause first) and per-group progress, from FR dumps and NCCL/watchdog logs."""
-    if not job.fr_dumps and not job.nccl_logs:
+    """Diagnoses (root cause first), per-group progress and ranks without a dump, from dumps, logs and stderr."""
+    stderr_logs = list(getattr(job, "stderr_logs", []) or [])
+    if not job.fr_dumps and not job.nccl_logs and not stderr_logs:
         return {"status": "no_hang_evidence", "diagnoses": [], "groups": [], "warnings": [],
-                "message": "no NCCL logs or Flight Recorder dumps among the inputs"}
-    rep = analyze_hang(job.fr_dumps, job.nccl_logs, world_size=job.world_size, rank_logs=rank_stderr_files(job))
+                "ranks_without_dump": {},
+                "message": "no NCCL logs, stderr or Flight Recorder dumps among the inputs"}
+    rep = analyze_hang(job.fr_dumps, job.nccl_logs, world_size=job.world_size, rank_logs=rank_stderr_files(job),
+                       stderr_logs=stderr_logs)
     diagnoses = []
     for d in rep.diagnoses:
         row = asdict(d)
@@ -45,4 +57,5 @@ def hang_section(job: Job) -> dict[str, Any]:
                    for col in ("last_enqueued", "last_started", "last_completed") if col in g.columns},
             })
     return {"status": "hang" if diagnoses else "no_hang_evidence", "diagnoses": diagnoses, "groups": groups,
+            "ranks_without_dump": {str(k): v for k, v in sorted(rep.ranks_without_dump.items())},
             "warnings": list(rep.warnings)}

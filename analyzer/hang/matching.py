@@ -1,0 +1,240 @@
+"""Compare what the members of one process group issued at each collective sequence number.
+
+The rules are PyTorch's own (torch.distributed.flight_recorder): the op must agree; input sizes must agree except
+for all_to_all and scatter, output sizes except for all_to_all and gather; dtypes must agree (inputs except for
+scatter/broadcast, outputs except for gather). all_to_all splits differ by rank by design (MoE token routing), so
+only the group's total elements sent vs received is checked, and only when every member is present. A coalesced
+call (several entries sharing one sequence number) is compared as the whole list of its parts.
+
+Who is wrong is decided by majority. When no value is held by more ranks than every other (two ranks that
+disagree, 2-vs-2, ...) the divergence is a *tie*: all disagreeing ranks are suspects and the verdict stage may
+break the tie only with other evidence (a rank that aborted, a rank with no dump).
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from analyzer.hang.inputs import HangInputs
+
+SIZE_FREE_IN = {"alltoall", "scatter"}
+SIZE_FREE_OUT = {"alltoall", "gather"}
+DTYPE_FREE_IN = {"scatter", "broadcast"}
+DTYPE_FREE_OUT = {"gather"}
+
+
+@dataclass
+class Divergence:
+    """The first sequence number of one group where members issued incompatible calls."""
+
+    kind: str                       # mismatched_op | mismatched_size | mismatched_dtype | order_mismatch | ...
+    group: str
+    seq: int
+    culprits: list[int]
+    tie: bool
+    present: list[int]
+    ops: dict[int, str] = field(default_factory=dict)
+    sizes: dict[int, int] = field(default_factory=dict)
+    dtypes: dict[int, str] = field(default_factory=dict)
+    rows: list[dict] = field(default_factory=list)
+    cause: str = ""
+    majority: Any = None
+
+
+def _part_sig(op: str, sizes_in: str, sizes_out: str, dt_in: str, dt_out: str) -> tuple:
+    """The fields of one call that PyTorch requires to agree across ranks for this op."""
+    return (op, "" if op in SIZE_FREE_IN else sizes_in, "" if op in SIZE_FREE_OUT else sizes_out,
+            "" if op in DTYPE_FREE_IN else dt_in, "" if op in DTYPE_FREE_OUT else dt_out)
+
+
+def per_rank_calls(calls: pd.DataFrame) -> dict[int, pd.DataFrame]:
+    """A group's collective rows → rank → rows indexed by seq (several rows per seq for a coalesced call)."""
+    c = calls[calls["kind"] == "coll"]
+    return {int(r): df.sort_values(["seq", "order"]) for r, df in c.groupby("rank")}
+
+
+def signature(rows: pd.DataFrame, coarse: bool = False) -> tuple:
+    """Signature of one rank's call at one seq: the tuple of its parts' signatures in call order.
+
+    `coarse` compares element counts instead of shapes and leaves dtypes out: used when the ranks' rows come from
+    different sources (a dump's shapes vs a COLL line's count vs a watchdog line's NumelIn).
+    """
+    if coarse:
+        return tuple(_part_sig(op, str(a), str(b), "", "") for op, a, b in
+                     zip(rows["op"], rows["numel_in"], rows["numel_out"]))
+    return tuple(_part_sig(*t) for t in zip(rows["op"], rows["sizes_in"], rows["sizes_out"], rows["dtype_in"],
+                                            rows["dtype_out"]))
+
+
+def majority(values: dict[int, Any]) -> tuple[Any, list[int], bool]:
+    """(majority value, ranks that differ from it, tie). A tie: no value strictly more common than every other."""
+    counts = Counter(values.values())
+    ranked = counts.most_common()
+    if len(ranked) == 1:
+        return ranked[0][0], [], False
+    best, n = ranked[0]
+    tie = ranked[1][1] == n
+    if tie:
+        return None, sorted(values), True
+    return best, sorted(r for r, v in values.items() if v != best), False
+
+
+def _first_field(sig_by_rank: dict[int, tuple]) -> str:
+    """Which field the disagreement is in: op, then size, then dtype (first part that differs)."""
+    sigs = list(sig_by_rank.values())
+    lens = {len(s) for s in sigs}
+    if len(lens) > 1:
+        return "op"
+    for i in range(min(lens)):
+        for j, name in ((0, "op"), (1, "size"), (2, "size"), (3, "dtype"), (4, "dtype")):
+            if len({s[i][j] for s in sigs}) > 1:
+                return name
+    return "op"
+
+
+def _alltoall_totals(rows_at: dict[int, pd.DataFrame]) -> tuple[int, int]:
+    """Σ input elements vs Σ output elements over the group's members at one all_to_all."""
+    ins = sum(int(r["numel_in"].clip(lower=0).sum()) for r in rows_at.values())
+    outs = sum(int(r["numel_out"].clip(lower=0).sum()) for r in rows_at.values())
+    return ins, outs
+
+
+def _detail(rows_at: dict[int, pd.DataFrame]) -> tuple[dict, dict, dict, list[dict]]:
+    """Per-rank op / element count / dtype and the evidence rows at one seq."""
+    ops, sizes, dts, ev = {}, {}, {}, []
+    for r, rows in sorted(rows_at.items()):
+        ops[r] = "+".join(rows["op"])
+        sizes[r] = int(rows["numel_in"].clip(lower=-1).sum()) if (rows["numel_in"] >= 0).all() else -1
+        dts[r] = ",".join(sorted(set(",".join(rows["dtype_in"]).split(",")) - {""}))
+        for x in rows.itertuples(index=False):
+            ev.append(dict(file=x.file, line=None if x.line is None or int(x.line) < 0 else int(x.line),
+                           text=str(x.text) + (f" at {x.frame}" if x.frame else ""), rank=r))
+    return ops, sizes, dts, ev
+
+
+def group_divergence(inp: HangInputs, key: str) -> Divergence | None:
+    """The first seq of group `key` where the present members' calls are incompatible; None if they all agree."""
+    g = inp.groups[key]
+    calls = inp.calls[inp.calls["group"] == key]
+    by_rank = per_rank_calls(calls)
+    if len(by_rank) < 2:
+        return None
+    n_members = len(g.members or by_rank)
+    seqs = sorted(set().union(*[set(df["seq"]) for df in by_rank.values()]))
+    for s in seqs:
+        rows_at = {r: df[df["seq"] == s] for r, df in by_rank.items() if (df["seq"] == s).any()}
+        if len(rows_at) < 2:
+            continue
+        coarse = len({src for x in rows_at.values() for src in x["source"]}) > 1
+        sigs = {r: signature(x, coarse) for r, x in rows_at.items()}
+        ops, sizes, dts, ev = _detail(rows_at)
+        if len(set(sigs.values())) > 1:
+            best, odd, tie = majority(sigs)
+            what = _first_field(sigs)
+            kind = {"op": "mismatched_op", "size": "mismatched_size", "dtype": "mismatched_dtype"}[what]
+            d = Divergence(kind=kind, group=key, seq=int(s), culprits=odd, tie=tie, present=sorted(rows_at),
+                           ops=ops, sizes=sizes, dtypes=dts, rows=ev, majority=best)
+            d.cause = _cause(d, what, tie)
+            if tie and _break_by_siblings(inp, d, sigs, coarse):
+                d.cause = _cause(d, what, False) + d.cause
+            _refine_by_alignment(by_rank, s, d)
+            return d
+        first_op = next(iter(rows_at.values()))["op"].iloc[0]
+        if first_op == "alltoall" and len(rows_at) == n_members:
+            ins, outs = _alltoall_totals(rows_at)
+            if ins != outs and ins > 0 and outs > 0:
+                d = Divergence(kind="mismatched_size", group=key, seq=int(s), culprits=sorted(rows_at), tie=True,
+                               present=sorted(rows_at), ops=ops, sizes=sizes, dtypes=dts, rows=ev)
+                d.cause = (f"all_to_all: the group sends {ins} elements in all but receives {outs}: the per-rank "
+                           "splits do not add up (which rank's split is wrong cannot be told from the dumps)")
+                return d
+    return None
+
+
+def _break_by_siblings(inp: HangInputs, d: Divergence, sigs: dict[int, tuple], coarse: bool) -> bool:
+    """Break a tie with the group's siblings: other groups of the same role (same description and size, other
+    members) run the same program, so the call they agree on at this seq is what this group should have issued.
+    """
+    g = inp.groups[d.group]
+    if not g.desc or not g.members:
+        return False
+    votes: Counter = Counter()
+    for key, o in inp.groups.items():
+        if key == d.group or o.desc != g.desc or not o.members or len(o.members) != len(g.members) \
+                or o.members & g.members:
+            continue
+        c = inp.calls[(inp.calls["group"] == key) & (inp.calls["kind"] == "coll") & (inp.calls["seq"] == d.seq)]
+        theirs = {signature(x, coarse) for _, x in c.groupby("rank")}
+        if len(theirs) == 1 and c["rank"].nunique() == len(o.members):
+            votes[theirs.pop()] += 1
+    if not votes:
+        return False
+    sig, n = votes.most_common(1)[0]
+    agree = [r for r, s in sigs.items() if s == sig]
+    if agree and len(agree) < len(sigs) and (len(votes) == 1 or votes.most_common(2)[1][1] < n):
+        d.culprits = sorted(r for r in sigs if r not in agree)
+        d.tie = False
+        d.majority = sig
+        d.cause = (f" (decided by {n} sibling group(s) of the same role, {g.desc}, that issued at this seq what "
+                   f"rank(s) {sorted(agree)} issued)")
+        return True
+    return False
+
+
+def _cause(d: Divergence, what: str, tie: bool) -> str:
+    """One sentence saying what disagrees, and that it is a tie when it is one."""
+    vals = {"op": d.ops, "size": d.sizes, "dtype": d.dtypes}[what]
+    shown = ", ".join(f"rank {r}: {v}" for r, v in sorted(vals.items()))
+    if tie:
+        return (f"ranks disagree on the {what} with no majority ({shown}): the dumps alone cannot tell which rank "
+                "is wrong")
+    odd = sorted({vals[r] for r in d.culprits})
+    ref = sorted({v for r, v in vals.items() if r not in d.culprits})
+    text = {"op": "called {odd} where the others called {ref}: likely a collective inside a rank-dependent branch",
+            "size": "passed {odd} elements where the others passed {ref}: typically an uneven last batch or a "
+                    "rank-dependent shape",
+            "dtype": "passed dtype {odd} where the others passed {ref}"}[what]
+    return f"rank(s) {d.culprits} " + text.format(odd=odd, ref=ref)
+
+
+def _sigs_from(df: pd.DataFrame, s: int, n: int = 6) -> list[tuple]:
+    """Signatures of a rank's calls from seq s on (at most n)."""
+    out = []
+    for _, rows in df[df["seq"] >= s].groupby("seq", sort=True):
+        out.append(signature(rows))
+        if len(out) >= n:
+            break
+    return out
+
+
+def _aligned(a: list, b: list) -> bool:
+    """True when two signature sequences agree on their common, non-empty prefix."""
+    k = min(len(a), len(b))
+    return k > 0 and a[:k] == b[:k]
+
+
+def _refine_by_alignment(by_rank: dict[int, pd.DataFrame], s: int, d: Divergence) -> None:
+    """Tell a substitution from an order swap, an extra or a skipped collective by aligning later calls."""
+    if d.tie or not d.culprits:
+        return
+    good = [r for r in d.present if r not in d.culprits]
+    ref = _sigs_from(by_rank[good[0]], s) if good else []
+    bad = [_sigs_from(by_rank[r], s) for r in d.culprits]
+    if not ref or not all(bad):
+        return
+    if all(_aligned(b[1:], ref[1:]) for b in bad):
+        return  # one call replaced by another, the rest lines up: a plain mismatch
+    if all(len(b) >= 2 and len(ref) >= 2 and b[0] == ref[1] and b[1] == ref[0] for b in bad):
+        d.kind = "order_mismatch"
+        d.cause = f"rank(s) {d.culprits} issue the same collectives in a different order than the others"
+    elif all(_aligned(b[1:], ref) for b in bad):
+        d.kind = "extra_collective"
+        d.cause = (f"rank(s) {d.culprits} issued an extra {bad[0][0][0][0]} that the others did not (a collective "
+                   "in a rank-only branch, e.g. logging on rank 0); everything after it is shifted by one")
+    elif all(_aligned(b, ref[1:]) or ref[0] in b[1:] for b in bad):
+        d.kind = "skipped_collective"
+        d.cause = (f"rank(s) {d.culprits} skipped the {ref[0][0][0]} the others issued and moved on to the next "
+                   "ones (a conditional collective, or an uneven number of buckets/batches)")

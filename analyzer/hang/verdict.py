@@ -1,0 +1,454 @@
+"""From divergences, blocking points, wait edges and stderr facts to ranked root-cause diagnoses.
+
+Roots, strongest evidence first:
+1. a rank whose stderr shows an origin failure (a gloo size check, an exception in user code, out of memory,
+   a CUDA error, a fatal signal); the waits on it (edges to it, or to a rank that left no dump) are its effect;
+2. a group whose members issued incompatible calls at one sequence number (op, size, dtype, order) — decided by
+   majority; a tie stays a tie (all suspects, confidence below 0.5) unless stderr names one of them;
+3. ranks that wait for each other (a cycle of the wait-for graph): across two groups an order inversion;
+4. ranks whose own work stopped completing while their peers completed it (device stalled);
+5. ranks others wait for that are not waiting themselves (stopped issuing work: stalled or never joined);
+6. ranks that left no record at all, with the reason when stderr gives one.
+Every other blocked rank is a consequence: its wait is listed in `explains` of the root at the head of its chain.
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+import pandas as pd
+
+from analyzer.hang.diagnosis import FIX, HangDiagnosis
+from analyzer.hang.inputs import HangInputs
+from analyzer.hang.matching import Divergence
+from analyzer.hang.stderr_facts import StderrFacts
+from analyzer.hang.waits import RankStates, cycles, reachable_roots
+
+KIND_ORDER = {"mismatched_op": 0, "order_mismatch": 0, "extra_collective": 0, "skipped_collective": 0,
+              "mismatched_size": 0, "mismatched_dtype": 0, "crashed_rank": 1, "nccl_error": 1, "order_inversion": 2,
+              "deadlock": 2, "p2p_mismatch": 2, "device_stalled": 3, "stuck_p2p": 4, "lagging_rank": 5,
+              "missing_rank": 5, "rendezvous_failure": 1, "watchdog_timeout": 9}
+
+
+def _desc(inp: HangInputs, g: str) -> str:
+    return inp.groups[g].desc if g in inp.groups else ""
+
+
+def _ev_row(r: dict) -> tuple:
+    return (r["file"], r.get("line"), r["text"])
+
+
+def _waiters_of(edges: pd.DataFrame, culprits: set[int]) -> set[int]:
+    """Every rank whose chain of waits reaches one of `culprits` (reverse reachability; culprits excluded)."""
+    if edges.empty:
+        return set()
+    prev: dict[int, set[int]] = {}
+    for w, t in zip(edges["waiter"], edges["target"]):
+        prev.setdefault(int(t), set()).add(int(w))
+    seen, stack = set(culprits), list(culprits)
+    while stack:
+        for w in prev.get(stack.pop(), ()):
+            if w not in seen:
+                seen.add(w)
+                stack.append(w)
+    return seen - culprits
+
+
+def _explains(edges: pd.DataFrame, culprits: set[int], inp: HangInputs) -> list[dict]:
+    """The wait points whose chain leads to `culprits`: (group, seq, waiting ranks, whom they wait for)."""
+    if edges.empty:
+        return []
+    waiters = _waiters_of(edges, culprits)
+    e = edges[edges["waiter"].isin(waiters)]
+    out = []
+    for (g, s), df in e.groupby(["group", "seq"], sort=True):
+        out.append(dict(process_group=str(g), pg_desc=_desc(inp, g), seq=int(s), op=str(df["op"].iloc[0]),
+                        waiting=sorted(int(x) for x in set(df["waiter"])),
+                        on=sorted(int(x) for x in set(df["target"]))))
+    out.sort(key=lambda x: (-len(x["waiting"]), x["process_group"], x["seq"]))
+    return out
+
+
+def _status_evidence(inp: HangInputs, g: str, ranks: list[int]) -> list[tuple]:
+    """One evidence line per rank: how far it got in group g (last enqueued / completed)."""
+    p = inp.progress[(inp.progress["group"] == g) & inp.progress["rank"].isin(ranks)]
+    return [(str(x.file), None, f"rank {x.rank} group {g}: last enqueued {x.coll_enqueued}, last completed "
+                                f"{x.coll_completed}" + (f" (pg_status read as {x.space} numbers)"
+                                                         if x.space not in ("collective", "") else ""))
+            for x in p.sort_values("rank").itertuples(index=False)]
+
+
+def _failure_evidence(facts: StderrFacts, ranks: list[int]) -> list[tuple]:
+    out = []
+    for r in ranks:
+        f = facts.ranks.get(r)
+        if f is not None:
+            out.extend(f.evidence[:3])
+    return out
+
+
+def from_divergence(inp: HangInputs, d: Divergence, facts: StderrFacts) -> HangDiagnosis:
+    """A mismatch root; a tie is broken only by a suspect whose stderr shows an origin failure."""
+    culprits, tie, conf = list(d.culprits), d.tie, 0.9 if len(d.present) >= 3 else 0.8
+    cause = d.cause
+    if tie:
+        named = [r for r in culprits if facts.ranks.get(r) and facts.ranks[r].origin]
+        if named and len(named) < len(culprits):
+            culprits, tie, conf = named, False, 0.75
+            o = facts.ranks[named[0]].origin
+            cause += f"; the tie is broken by rank {named[0]}'s own error: {o['text'][:200]}"
+        else:
+            conf = 0.45
+    x = HangDiagnosis(kind=d.kind, process_group=d.group, pg_desc=_desc(inp, d.group), seq=d.seq,
+                      op=Counter(d.ops.values()).most_common(1)[0][0] if d.ops else "", culprit_ranks=culprits,
+                      waiting_ranks=[], ops=d.ops, sizes=d.sizes, dtypes=d.dtypes,
+                      evidence=[_ev_row(r) for r in sorted(d.rows, key=lambda r: r["rank"] not in culprits)],
+                      cause=cause, source="flight_recorder", confidence=conf, tie=tie)
+    x.evidence.extend(_failure_evidence(facts, culprits))
+    return x
+
+
+def _best_group(inp: HangInputs, st: RankStates, edges: pd.DataFrame, culprits: list[int]) -> tuple[str, int, str]:
+    """(group, seq, op) that shows a root best: where most ranks wait directly on the culprits; else the group
+    holding all culprits where their own work stopped (largest completion gap)."""
+    direct = edges[edges["target"].isin(culprits)] if len(edges) else edges
+    if len(direct):
+        top = direct.groupby(["group", "seq", "op"]).agg(n=("waiter", "nunique"), m=("target", "nunique"))
+        top = top.reset_index().sort_values(["m", "n", "seq"], ascending=[False, False, True])
+        covering = top[top["m"] == len(set(culprits))]
+        row = (covering if len(covering) else top).iloc[0]
+        return str(row["group"]), int(row["seq"]), str(row["op"])
+    stalls = [s for r in culprits for s in st.device_stalled.get(r, [])]
+    if stalls:
+        by_g: dict[str, list[dict]] = {}
+        for s in stalls:
+            by_g.setdefault(s["group"], []).append(s)
+        g = max(by_g, key=lambda k: (len({r for r in culprits if any(x["group"] == k for x in
+                                                                   st.device_stalled.get(r, []))}),
+                                     max(x["peers_completed"] - x["completed"] for x in by_g[k])))
+        seq = min(x["seq"] for x in by_g[g])
+        op = _op_at(inp, g, seq)
+        return g, seq, op
+    return "", -1, ""
+
+
+def _source_at(inp: HangInputs, g: str, seq: int, facts: StderrFacts) -> str:
+    """The best source that shows the wait at (g, seq): a dump, a COLL line, a watchdog line, else stderr."""
+    c = inp.calls[(inp.calls["group"] == g) & (inp.calls["seq"] == seq)] if g else inp.calls.iloc[0:0]
+    for src in ("flight_recorder", "nccl_log", "watchdog"):
+        if (c["source"] == src).any():
+            return src
+    return "flight_recorder" if inp.dumps else ("stderr" if facts.ranks else "nccl_log")
+
+
+def _divergence_seq(st: RankStates, kind: str, g: str, culprits: list[int], wait_seq: int) -> int:
+    """Where culprits diverged in group g: the first collective a laggard never issued, the first a stalled rank
+    never saw complete; for a rank that left nothing, where the others wait."""
+    if kind in ("lagging_rank", "missing_rank"):
+        enq = [st.enqueued[(g, r)] for r in culprits if (g, r) in st.enqueued]
+        return min(enq) + 1 if enq else wait_seq
+    if kind == "device_stalled":
+        done = [st.completed[(g, r)] for r in culprits if (g, r) in st.completed]
+        return min(done) + 1 if done else wait_seq
+    return wait_seq
+
+
+def _op_at(inp: HangInputs, g: str, seq: int) -> str:
+    c = inp.calls[(inp.calls["group"] == g) & (inp.calls["kind"] == "coll") & (inp.calls["seq"] == seq)]
+    return str(c["op"].mode().iloc[0]) if len(c) else ""
+
+
+def _calls_at(inp: HangInputs, g: str, seq: int, ranks: list[int]) -> list[tuple]:
+    c = inp.calls[(inp.calls["group"] == g) & (inp.calls["seq"] == seq) & inp.calls["rank"].isin(ranks)]
+    return [(str(x.file), None if int(x.line) < 0 else int(x.line), str(x.text) + (f" at {x.frame}" if x.frame else ""))
+            for x in c.sort_values("rank").itertuples(index=False)]
+
+
+def _root(inp: HangInputs, st: RankStates, edges: pd.DataFrame, kind: str, culprits: list[int], cause: str,
+          conf: float, facts: StderrFacts) -> HangDiagnosis:
+    """A diagnosis for ranks at the head of chains, placed at the group/seq where the others wait for them."""
+    g, seq, op = _best_group(inp, st, edges, culprits)
+    seq = _divergence_seq(st, kind, g, culprits, seq)
+    op = _op_at(inp, g, seq) or op if g else op
+    d = HangDiagnosis(kind=kind, process_group=g, pg_desc=_desc(inp, g), seq=seq if seq >= 0 else None, op=op,
+                      culprit_ranks=sorted(culprits), waiting_ranks=[], cause=cause, confidence=conf,
+                      source=_source_at(inp, g, seq, facts))
+    at = inp.calls[(inp.calls["group"] == g) & (inp.calls["kind"] == "coll") & (inp.calls["seq"] == seq)] if g else None
+    if at is not None and len(at):
+        for x in at.itertuples(index=False):
+            d.ops[int(x.rank)], d.sizes[int(x.rank)] = str(x.op), int(x.numel_in)
+            d.dtypes[int(x.rank)] = str(x.dtype_in)
+    d.evidence.extend(_failure_evidence(facts, culprits))
+    if g:
+        d.evidence.extend(_status_evidence(inp, g, sorted(set(culprits) | set(
+            edges.loc[(edges["group"] == g) & edges["target"].isin(culprits), "waiter"]) if len(edges) else set())))
+        d.evidence.extend(_calls_at(inp, g, seq, culprits)[:4])
+    return d
+
+
+def _cycle_diag(inp: HangInputs, st: RankStates, edges: pd.DataFrame, comp: list[int]) -> HangDiagnosis:
+    """Ranks waiting for each other. Across ≥ 2 groups: an order inversion; name the rank whose order differs."""
+    e = edges[edges["waiter"].isin(comp) & edges["target"].isin(comp)]
+    groups = sorted(set(e["group"]))
+    where = "; ".join(f"rank {b.rank} waits in group {b.group} ({_desc(inp, b.group)}) {b.op} #{b.seq} for "
+                      f"rank(s) {[t for t in b.targets if t in comp]}" for r in comp if (b := st.blocked.get(r)))
+    if len(groups) >= 2:
+        odd, tie = _order_outlier(inp, st, comp)
+        culprits = odd if not tie else comp
+        awaited = e[e["target"].isin(culprits)].sort_values("seq")  # where the others wait for the culprit
+        g, s, op = (str(awaited.iloc[0]["group"]), int(awaited.iloc[0]["seq"]), str(awaited.iloc[0]["op"])) \
+            if len(awaited) else (st.blocked[culprits[0]].group, st.blocked[culprits[0]].seq,
+                                  st.blocked[culprits[0]].op)
+        d = HangDiagnosis(kind="order_inversion", process_group=g, pg_desc=_desc(inp, g), seq=s,
+                          op=op, culprit_ranks=sorted(culprits), waiting_ranks=[], tie=tie,
+                          confidence=0.45 if tie else 0.8, source="flight_recorder",
+                          cause=("deadlock across process groups " + ", ".join(groups) + ": " + where
+                                 + ("" if tie else f"; rank(s) {culprits} entered the groups in a different order "
+                                                   "than their own history (and the other ranks) say")))
+    else:
+        b = st.blocked[comp[0]]
+        d = HangDiagnosis(kind="deadlock", process_group=b.group, pg_desc=_desc(inp, b.group), seq=b.seq, op=b.op,
+                          culprit_ranks=sorted(comp), waiting_ranks=[], tie=True, confidence=0.45,
+                          source="flight_recorder", cause="ranks wait for each other: " + where)
+    for r in comp:
+        if (b := st.blocked.get(r)) is not None:
+            row = b.row
+            d.evidence.append((str(row["file"]), None, str(row["text"]) + (f" at {row['frame']}" if row["frame"] else "")))
+    return d
+
+
+def _order_outlier(inp: HangInputs, st: RankStates, comp: list[int]) -> tuple[list[int], bool]:
+    """The rank(s) of a cross-group cycle whose blocking call breaks the group order of their own history.
+
+    For each rank, the group that normally follows its previous call's group (most common successor in its
+    recorded calls) is what it should have entered; a rank that entered another group differs.
+    """
+    odd = []
+    for r in comp:
+        c = inp.calls[(inp.calls["rank"] == r) & (inp.calls["kind"] == "coll")].sort_values("order")
+        b = st.blocked.get(r)
+        if b is None or len(c) < 3:
+            continue
+        pos = c.index[(c["group"] == b.group) & (c["seq"] == b.seq)]
+        if not len(pos):
+            continue
+        i = c.index.get_loc(pos[0])
+        hist = list(c["group"].iloc[:i])
+        if len(hist) < 2:
+            continue
+        prev = hist[-1]
+        succ = Counter(hist[k + 1] for k in range(len(hist) - 1) if hist[k] == prev)
+        if succ and succ.most_common(1)[0][0] != b.group:
+            odd.append(r)
+    if odd and len(odd) < len(comp):
+        return sorted(odd), False
+    return sorted(comp), True
+
+
+def _p2p_root(inp: HangInputs, st: RankStates, r: int) -> HangDiagnosis | None:
+    """Two ranks blocked on the same send/recv: a stuck pair (neither is waiting on anyone else)."""
+    b = st.blocked.get(r)
+    if b is None or b.stuck_pair < 0:
+        return None
+    pair = sorted({r, b.stuck_pair})
+    return HangDiagnosis(kind="stuck_p2p", process_group=b.group, pg_desc=_desc(inp, b.group), seq=None, op=b.op,
+                         culprit_ranks=pair, waiting_ranks=[], tie=True, confidence=0.45, source="flight_recorder",
+                         p2p={"src": r if b.op == "send" else b.stuck_pair,
+                              "dst": b.stuck_pair if b.op == "send" else r, "tag": None},
+                         cause=f"ranks {pair[0]} and {pair[1]} both posted a send/recv to each other in group "
+                               f"{b.group} and neither completed", evidence=[(str(b.row["file"]), None, str(b.row["text"]))])
+
+
+def build(inp: HangInputs, st: RankStates, edges: pd.DataFrame, divs: list[Divergence],
+          facts: StderrFacts) -> tuple[list[HangDiagnosis], dict[int, str]]:
+    """Ranked root diagnoses and the reason each rank without a dump has none (module docstring)."""
+    diags: list[HangDiagnosis] = []
+    claimed: set[int] = set()
+    world = set(inp.world) | set(facts.ranks)
+    no_dump = _no_dump_reasons(inp, facts, world)
+    # 1-2: mismatches at a shared sequence number, ties broken only by a suspect's own error
+    div_groups = {d.group: d for d in divs}
+    for d in divs:
+        x = from_divergence(inp, d, facts)
+        diags.append(x)
+        claimed |= set(x.culprit_ranks)
+    # origin failures in stderr that no mismatch already explains
+    origins = [r for r in facts.origin_ranks() if r not in claimed]
+    by_kind: dict[str, list[int]] = {}
+    for r in origins:
+        by_kind.setdefault(_origin_kind(facts.ranks[r].origin), []).append(r)
+    for kind, ranks in by_kind.items():
+        o = facts.ranks[ranks[0]].origin
+        cause = (f"rank(s) {ranks} failed first: " + "; ".join(
+            f"rank {r}: {facts.ranks[r].origin['text'][:240]}" for r in ranks[:4]))
+        if any(r not in inp.dumps for r in ranks) and inp.dumps:
+            cause += " (it left no Flight Recorder dump)"
+        diags.append(_root(inp, st, edges, kind, ranks, cause, 0.9 if o["kind"] != "signal" else 0.8, facts))
+        claimed |= set(ranks)
+    # 3: ranks that wait for each other
+    for comp in cycles(edges):
+        if set(comp) & claimed:
+            continue
+        diags.append(_cycle_diag(inp, st, edges, comp))
+        claimed |= set(comp)
+    # 4: device stalls not explained by an earlier mismatch in the same group
+    stalled = [r for r, v in sorted(st.device_stalled.items()) if r not in claimed
+               and not any(s["group"] in div_groups and s["seq"] >= div_groups[s["group"]].seq for s in v)]
+    if stalled:
+        strong = [r for r in stalled if len(st.device_stalled[r]) >= 2 or
+                  any(s["peers_completed"] - s["completed"] >= 2 for s in st.device_stalled[r])]
+        conf = 0.85 if strong and len(strong) == len(stalled) else 0.6
+        cause = "; ".join(f"rank {r} completed only up to seq {s['completed']} in group {s['group']} "
+                          f"({_desc(inp, s['group'])}) while its peers completed {s['peers_completed']}"
+                          for r in stalled for s in st.device_stalled[r][:2])
+        diags.append(_root(inp, st, edges, "device_stalled", stalled,
+                           "their own work stopped completing though their peers finished the same collectives: "
+                           + cause, conf, facts))
+        claimed |= set(stalled)
+    # 5-6: heads of chains that are not blocked themselves
+    heads = _heads(edges, st, claimed)
+    for kind, ranks in heads.items():
+        conf = {"lagging_rank": 0.75, "missing_rank": 0.75, "crashed_rank": 0.6, "unknown_rank": 0.45}[kind]
+        if kind == "crashed_rank":
+            why = {r: no_dump.get(r, "") for r in ranks}
+            where = _wait_text(st, edges, ranks)
+            cause = (f"rank(s) {ranks} left no Flight Recorder dump or record while the others {where}: "
+                     + "; ".join(f"rank {r}: {w}" for r, w in why.items() if w)) if any(why.values()) else \
+                (f"rank(s) {ranks} left no Flight Recorder dump or record while the others {where}: they most "
+                 "likely crashed or were killed before they could dump (or their dumps are not in the folder)")
+        elif kind == "unknown_rank":
+            kind = "missing_rank"
+            cause = (f"the others wait at a collective every rank with a record issued; rank(s) {ranks} left records "
+                     "but none of this group, so they are the only candidates (not proven)")
+        else:
+            g, seq, _ = _best_group(inp, st, edges, ranks)
+            lag = {r: st.enqueued.get((g, r), -1) for r in ranks}
+            cause = (f"rank(s) {ranks} stopped issuing collectives (last enqueued in group {g}: {lag}) while "
+                     f"others wait for them at seq {seq}; they are not waiting in any collective themselves")
+        diags.append(_root(inp, st, edges, kind, ranks, cause, conf, facts))
+        claimed |= set(ranks)
+    for r in sorted(st.blocked):
+        if r not in claimed and (p := _p2p_root(inp, st, r)) is not None:
+            diags.append(p)
+            claimed |= set(p.culprit_ranks)
+    if not diags:
+        diags.extend(_timeouts_only(inp, facts))
+    inp.warnings.extend(_quiet_absent(inp, st, edges))
+    for d in diags:
+        culprits = set(d.culprit_ranks)
+        d.waiting_ranks = sorted(_waiters_of(edges, culprits) | _group_waiters(inp, d) - culprits)
+        d.explains = [x for x in _explains(edges, culprits, inp)
+                      if not (x["process_group"] == d.process_group and x["seq"] == d.seq)]
+        d.fix = d.fix or FIX.get(d.kind, "")
+    diags.sort(key=lambda d: (_order(d), -len(d.waiting_ranks), -d.confidence,
+                              d.seq if d.seq is not None else 1 << 62, d.process_group))
+    return diags, no_dump
+
+
+def _wait_text(st: RankStates, edges: pd.DataFrame, targets: list[int]) -> str:
+    """'wait after seq 3, at seq 4' (waiters completed everything before) or 'wait at seq 4'."""
+    e = edges[edges["target"].isin(targets)]
+    if e.empty:
+        return "wait"
+    s = int(e["seq"].min())
+    g = str(e.loc[e["seq"] == s, "group"].iloc[0])
+    done = {st.completed.get((g, int(w)), -1) for w in e.loc[e["seq"] == s, "waiter"]}
+    return f"wait after seq {s - 1}, at seq {s}" if done == {s - 1} else f"wait at seq {s}"
+
+
+def _quiet_absent(inp: HangInputs, st: RankStates, edges: pd.DataFrame) -> list[str]:
+    """Warnings for groups whose members left no record while nobody present is seen waiting for them."""
+    out = []
+    awaited = set(int(t) for t in edges["target"]) if len(edges) else set()
+    for key, g in sorted(inp.groups.items()):
+        absent = sorted(m for m in g.members or () if m not in inp.dumps and m not in inp.log_ranks
+                        and m not in awaited)
+        present = sorted(m for m in g.members or () if (key, m) in st.enqueued)
+        if absent and present and not any(b.group == key for b in st.blocked.values()):
+            upto = ", ".join(f"rank {r} through seq {st.enqueued[(key, r)]}" for r in present)
+            out.append(f"group {key} ({g.desc}): rank(s) {absent} left no Flight Recorder dump or record; the "
+                       f"others completed every collective they issued ({upto}) and nothing timed out, so there is "
+                       "no sign of a hang in this group")
+    return out
+
+
+def _timeouts_only(inp: HangInputs, facts: StderrFacts) -> list[HangDiagnosis]:
+    """Ranks timed out but nothing says who is to blame: one watchdog_timeout diagnosis with no culprit."""
+    e = inp.errors[inp.errors["kind"] == "timeout"] if len(inp.errors) else inp.errors
+    timed = sorted(set(int(r) for r in e["rank"])) if len(e) else []
+    timed += [r for r, f in sorted(facts.ranks.items()) if f.timed_out and r not in timed]
+    if not timed:
+        return []
+    g = str(e.sort_values("seq").iloc[0]["group"]) if len(e) else ""
+    seq = int(e.sort_values("seq").iloc[0]["seq"]) if len(e) else None
+    ev = [(str(x.file), int(x.line), str(x.text)) for x in e.head(4).itertuples()] if len(e) else []
+    for r in timed[:4]:
+        ev.extend(c_ev for c in facts.ranks[r].consequences[:1] if r in facts.ranks
+                  for c_ev in [(c["file"], c["line"], c["text"])]) if r in facts.ranks else None
+    return [HangDiagnosis(kind="watchdog_timeout", process_group=g, pg_desc=_desc(inp, g), seq=seq, op="",
+                          culprit_ranks=[], waiting_ranks=timed, evidence=ev, confidence=0.3,
+                          source="watchdog" if len(e) else "stderr",
+                          cause="collectives timed out, but every rank that reported agrees on op, size and sequence "
+                                "and none is seen behind: the culprit left no trace here")]
+
+
+def _order(d: HangDiagnosis) -> int:
+    """Rank of a diagnosis kind; a rank that merely left nothing (no reason known) comes after visible laggards."""
+    if d.kind == "crashed_rank" and d.confidence < 0.7:
+        return 6
+    return KIND_ORDER.get(d.kind, 8)
+
+
+def _group_waiters(inp: HangInputs, d: HangDiagnosis) -> set[int]:
+    """For a mismatch: the other members present at that seq wait in it."""
+    if d.kind in KIND_ORDER and KIND_ORDER[d.kind] == 0 and d.process_group in inp.groups:
+        c = inp.calls[(inp.calls["group"] == d.process_group) & (inp.calls["seq"] == d.seq)]
+        return set(int(r) for r in c["rank"])
+    return set()
+
+
+def _origin_kind(o: dict) -> str:
+    """The diagnosis kind an origin failure stands for."""
+    k = o.get("kind", "")
+    if k in ("gloo_size_mismatch", "gloo_invalid_tensor_size"):
+        return "mismatched_size"
+    if k == "nccl_error":
+        return "nccl_error"
+    return "crashed_rank"
+
+
+def _heads(edges: pd.DataFrame, st: RankStates, claimed: set[int]) -> dict[str, list[int]]:
+    """Targets of waits that wait for nobody: absent ranks (crashed) and idle ranks with data (stalled/missing)."""
+    if edges.empty:
+        return {}
+    waiters = set(int(x) for x in edges["waiter"])
+    out: dict[str, list[int]] = {}
+    for t in sorted(set(int(x) for x in edges["target"]) - waiters - claimed):
+        absent = bool(edges.loc[edges["target"] == t, "absent"].any())
+        if absent:
+            out.setdefault("crashed_rank", []).append(t)
+            continue
+        if bool(edges.loc[edges["target"] == t, "unknown"].all()):
+            out.setdefault("unknown_rank", []).append(t)
+            continue
+        direct = edges[edges["target"] == t]
+        lag = max(max((v for (gg, _), v in st.enqueued.items() if gg == g), default=int(s))
+                  - st.enqueued.get((str(g), t), -1) for g, s in zip(direct["group"], direct["seq"]))
+        out.setdefault("lagging_rank" if lag >= 2 else "missing_rank", []).append(t)
+    return out
+
+
+def _no_dump_reasons(inp: HangInputs, facts: StderrFacts, world: set[int]) -> dict[int, str]:
+    """Every rank of the world without a dump, with why (from stderr) when it can be told."""
+    if not inp.dumps:
+        return {}
+    out = {}
+    for r in sorted(world - set(inp.dumps)):
+        f = facts.ranks.get(r)
+        if f is not None and (f.origin or f.died):
+            what = f.origin["text"][:200] if f.origin else ""
+            out[r] = f"died ({f.how or 'exit'})" + (f": {what}" if what else "")
+        elif r in inp.log_ranks:
+            out[r] = "no dump, but its NCCL/watchdog log is present"
+        else:
+            out[r] = "no dump and no stderr from it among the inputs"
+    return out
