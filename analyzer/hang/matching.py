@@ -141,6 +141,7 @@ def group_divergence(inp: HangInputs, key: str) -> Divergence | None:
             if tie and _break_by_siblings(inp, d, sigs, coarse):
                 d.cause = _cause(d, what, False) + d.cause
             _refine_by_alignment(by_rank, s, d)
+            _left_the_loop(by_rank, s, d)
             return d
         first_op = next(iter(rows_at.values()))["op"].iloc[0]
         if first_op == "alltoall" and len(rows_at) == n_members:
@@ -216,14 +217,66 @@ def _aligned(a: list, b: list) -> bool:
     return k > 0 and a[:k] == b[:k]
 
 
+def _func(frame: str) -> str:
+    """The function name of a 'file:line name' frame ('' when unknown)."""
+    return frame.rsplit(" ", 1)[-1] if " " in frame else ""
+
+
+def _left_the_loop(by_rank: dict[int, pd.DataFrame], s: int, d: Divergence) -> None:
+    """A culprit whose call at seq s comes from a function that issued none of the group's earlier calls, while
+    the others' call comes from the usual one, has left the repeating code: it ran out of batches (or exited the
+    loop) and reached what follows it — a rank that never joined the collective the others wait in."""
+    if d.kind != "mismatched_op" or d.tie:
+        return
+    hist = {_func(f) for df in by_rank.values() for f in df.loc[df["seq"] < s, "frame"]} - {""}
+    here = {r: _func(str(df.loc[df["seq"] == s, "frame"].iloc[0])) for r, df in by_rank.items()
+            if (df["seq"] == s).any()}
+    odd = {here.get(r, "") for r in d.culprits}
+    usual = {f for r, f in here.items() if r not in d.culprits}
+    if hist and "" not in odd and not odd & hist and usual and usual <= hist:
+        frames = {r: str(by_rank[r].loc[by_rank[r]["seq"] == s, "frame"].iloc[0]) for r in d.culprits}
+        d.kind = "missing_rank"
+        d.cause = (f"rank(s) {d.culprits} never joined the {sorted(set(d.ops[r] for r in d.present if r not in d.culprits))} "
+                   f"the others wait in at seq {s}: they called {[d.ops[r] for r in d.culprits]} from "
+                   + ", ".join(f"{f}" for f in frames.values()) + ", code that issued none of the group's earlier "
+                   "collectives, i.e. they left the repeating loop (fewer batches than the others, an early exit)")
+
+
+def _period_next(hist: list) -> object | None:
+    """The call a periodic history predicts next: smallest period P (≤ 64) whose last two cycles repeat."""
+    n = len(hist)
+    for p in range(1, min(64, n // 2) + 1):
+        if hist[n - p:] == hist[n - 2 * p:n - p]:
+            return hist[n - p]
+    return None
+
+
+def _history(df: pd.DataFrame, s: int) -> list:
+    """Signatures of a rank's calls before seq s, in order."""
+    return [signature(rows) for _, rows in df[df["seq"] < s].groupby("seq", sort=True)]
+
+
 def _refine_by_alignment(by_rank: dict[int, pd.DataFrame], s: int, d: Divergence) -> None:
-    """Tell a substitution from an order swap, an extra or a skipped collective by aligning later calls."""
+    """Tell a substitution from an order swap, an extra or a skipped collective by aligning later calls.
+
+    Ranks blocked at the divergence often issued nothing after it; then the group's own history decides: when
+    the calls repeat with a period (one step's collectives), the call the culprit issued at seq s is the one the
+    period predicts for seq s+1 on the others: it skipped the call they wait in.
+    """
     if d.tie or not d.culprits:
         return
     good = [r for r in d.present if r not in d.culprits]
     ref = _sigs_from(by_rank[good[0]], s) if good else []
     bad = [_sigs_from(by_rank[r], s) for r in d.culprits]
     if not ref or not all(bad):
+        return
+    if len(ref) == 1 and all(len(b) == 1 for b in bad):
+        nxt = _period_next(_history(by_rank[good[0]], s) + [ref[0]])
+        if nxt is not None and all(b[0] == nxt for b in bad) and nxt != ref[0]:
+            d.kind = "skipped_collective"
+            d.cause = (f"rank(s) {d.culprits} skipped the {ref[0][0][0]} the others wait in: the call they issued "
+                       "is the one the job's repeating pattern puts next (a conditional collective, or an uneven "
+                       "number of buckets/batches)")
         return
     if all(_aligned(b[1:], ref[1:]) for b in bad):
         return  # one call replaced by another, the rest lines up: a plain mismatch

@@ -107,11 +107,12 @@ def from_divergence(inp: HangInputs, d: Divergence, facts: StderrFacts) -> HangD
     return x
 
 
-def _best_group(inp: HangInputs, st: RankStates, edges: pd.DataFrame, culprits: list[int]) -> tuple[str, int, str]:
-    """(group, seq, op) that shows a root best: where most ranks wait directly on the culprits; else the group
-    holding all culprits where their own work stopped (largest completion gap)."""
+def _best_group(inp: HangInputs, st: RankStates, edges: pd.DataFrame, culprits: list[int],
+                kind: str = "") -> tuple[str, int, str]:
+    """(group, seq, op) that shows a root best: for stalled devices the group holding all culprits where their own
+    work stopped (largest completion gap); otherwise where most ranks wait directly on the culprits."""
     direct = edges[edges["target"].isin(culprits)] if len(edges) else edges
-    if len(direct):
+    if len(direct) and kind != "device_stalled":
         top = direct.groupby(["group", "seq", "op"]).agg(n=("waiter", "nunique"), m=("target", "nunique"))
         top = top.reset_index().sort_values(["m", "n", "seq"], ascending=[False, False, True])
         covering = top[top["m"] == len(set(culprits))]
@@ -166,7 +167,7 @@ def _calls_at(inp: HangInputs, g: str, seq: int, ranks: list[int]) -> list[tuple
 def _root(inp: HangInputs, st: RankStates, edges: pd.DataFrame, kind: str, culprits: list[int], cause: str,
           conf: float, facts: StderrFacts) -> HangDiagnosis:
     """A diagnosis for ranks at the head of chains, placed at the group/seq where the others wait for them."""
-    g, seq, op = _best_group(inp, st, edges, culprits)
+    g, seq, op = _best_group(inp, st, edges, culprits, kind)
     seq = _divergence_seq(st, kind, g, culprits, seq)
     op = _op_at(inp, g, seq) or op if g else op
     d = HangDiagnosis(kind=kind, process_group=g, pg_desc=_desc(inp, g), seq=seq if seq >= 0 else None, op=op,
@@ -304,6 +305,10 @@ def build(inp: HangInputs, st: RankStates, edges: pd.DataFrame, divs: list[Diver
                            "their own work stopped completing though their peers finished the same collectives: "
                            + cause, conf, facts))
         claimed |= set(stalled)
+    # late arrivals: everyone issued the call, but one rank only after the others' timeout had run out
+    for d in _late_arrivals(inp, claimed):
+        diags.append(d)
+        claimed |= set(d.culprit_ranks)
     # 5-6: heads of chains that are not blocked themselves
     heads = _heads(edges, st, claimed)
     for kind, ranks in heads.items():
@@ -335,7 +340,8 @@ def build(inp: HangInputs, st: RankStates, edges: pd.DataFrame, divs: list[Diver
     inp.warnings.extend(_quiet_absent(inp, st, edges))
     for d in diags:
         culprits = set(d.culprit_ranks)
-        d.waiting_ranks = sorted(_waiters_of(edges, culprits) | _group_waiters(inp, d) - culprits)
+        d.waiting_ranks = sorted((set(d.waiting_ranks) | _waiters_of(edges, culprits) | _group_waiters(inp, d))
+                                 - culprits)
         d.explains = [x for x in _explains(edges, culprits, inp)
                       if not (x["process_group"] == d.process_group and x["seq"] == d.seq)]
         d.fix = d.fix or FIX.get(d.kind, "")
@@ -369,6 +375,53 @@ def _quiet_absent(inp: HangInputs, st: RankStates, edges: pd.DataFrame) -> list[
                        f"others completed every collective they issued ({upto}) and nothing timed out, so there is "
                        "no sign of a hang in this group")
     return out
+
+
+LATE_FRACTION = 0.5  # arriving this share of the collective's timeout after the others is a stall, not noise
+
+
+def _late_arrivals(inp: HangInputs, claimed: set[int]) -> list[HangDiagnosis]:
+    """Groups whose members all issued their last collective, one of them long after the others.
+
+    Entries carry `time_created_ns` (wall clock) and `timeout_ms`. At the last seq a group's members all reached,
+    a member created more than half the timeout after the median of the others arrived after they had given up:
+    it stalled before the collective. Ranks already explained by an earlier root are skipped.
+    """
+    out = []
+    c = inp.calls[(inp.calls["kind"] == "coll") & (inp.calls["created_ns"] > 0) & (inp.calls["source"] == "flight_recorder")]
+    if c.empty:
+        return out
+    timeouts = _timeout_ns(inp)
+    for g, df in c.groupby("group"):
+        members = inp.groups[g].members if g in inp.groups else None
+        last = df.groupby("rank")["seq"].max()
+        if not members or len(last) < 2 or set(last.index) != set(members) or last.nunique() != 1:
+            continue
+        s = int(last.iloc[0])
+        at = df[df["seq"] == s].groupby("rank")["created_ns"].min()
+        limit = LATE_FRACTION * timeouts.get(g, 0)
+        if limit <= 0:
+            continue
+        late = [int(r) for r, t in at.items() if t - at.drop(r).median() > limit and int(r) not in claimed]
+        if not late or len(late) * 2 >= len(at):
+            continue
+        delay = {r: (int(at[r]) - int(at.drop(r).median())) / 1e9 for r in late}
+        d = HangDiagnosis(kind="lagging_rank", process_group=str(g), pg_desc=_desc(inp, g), seq=s,
+                          op=_op_at(inp, g, s), culprit_ranks=late, waiting_ranks=[], confidence=0.8,
+                          source="flight_recorder",
+                          cause="; ".join(f"rank {r} issued seq {s} {delay[r]:.1f} s after the others (their "
+                                          f"timeout: {timeouts[g] / 1e9:.1f} s): it stalled before the collective "
+                                          "and arrived after they had given up" for r in late))
+        d.evidence.extend(_calls_at(inp, g, s, sorted(at.index)))
+        d.waiting_ranks = sorted(set(int(r) for r in at.index) - set(late))
+        out.append(d)
+    return out
+
+
+def _timeout_ns(inp: HangInputs) -> dict[str, float]:
+    """Per group, the collective timeout its calls carry (median, ns; groups without one are left out)."""
+    c = inp.calls[inp.calls["timeout_ms"] > 0]
+    return {str(g): float(v) * 1e6 for g, v in c.groupby("group")["timeout_ms"].median().items()}
 
 
 def _timeouts_only(inp: HangInputs, facts: StderrFacts) -> list[HangDiagnosis]:
