@@ -20,12 +20,12 @@ import pandas as pd
 
 from parsers.errors import InputError
 from parsers.kineto import rank_from_file_name
-from parsers.stderr_events import GUARD, classify, exc_head
+from parsers.stderr_events import GUARD, candidate_mask, classify, exc_head
 from parsers.stderr_prefix import peel
 from parsers.stderr_structure import CHAINED, MAX_TEXT, TB_HEAD, FailureTable, Traceback
 
 MAX_LINE = 64 * 1024    # bytes of one line that are read; the rest of a longer line is skipped and counted
-BLOCK = 4 * 1024 * 1024  # bytes read at a time
+BLOCK = 1024 * 1024      # bytes read at a time
 MAX_ROWS_PER_KIND = 1000  # event rows of one (kind, rank) per file; more are counted in a warning
 MAX_SEGMENTS = 64       # carriage-return segments of one line looked at (the first and last halves)
 
@@ -110,15 +110,19 @@ def looks_like_stderr(head: bytes, path: str | Path | None = None) -> bool:
     return tail[:4096].count(b"\x00") <= 16 and bool(_SNIFF.search(tail))
 
 
-def parse_stderr(path: str | Path) -> StderrLog:
-    """Parse one stderr file (plain or gzip); raises InputError only when it cannot be opened or read at all."""
+def parse_stderr(path: str | Path, all_lines: bool = False) -> StderrLog:
+    """Parse one stderr file (plain or gzip); raises InputError only when it cannot be opened or read at all.
+
+    `all_lines` sends every line through the classifiers instead of only those holding a guard literal (the tables
+    are the same: tests check that the guard loses nothing).
+    """
     p = Path(path)
     try:
         with open(p, "rb") as raw:
             magic = raw.read(2)
             raw.seek(0)
             fh = _GzipReader(raw) if magic == b"\x1f\x8b" else raw
-            return parse_stderr_blocks(_read_blocks(fh), str(p))
+            return parse_stderr_blocks(_read_blocks(fh), str(p), all_lines)
     except (OSError, MemoryError) as exc:
         raise InputError(p, f"cannot read file ({exc.__class__.__name__}: {getattr(exc, 'strerror', None) or exc})") \
             from exc
@@ -182,8 +186,11 @@ class _ReadStats:
     read_error: str = ""
 
 
-def _read_blocks(fh) -> Iterator[tuple[list[bytes], _ReadStats]]:
-    """Lines in blocks (newline removed), longer lines cut to MAX_LINE; damage is counted in the stats, never raised."""
+def _read_blocks(fh) -> Iterator[tuple[bytes, list[bytes], _ReadStats]]:
+    """(bytes, their lines without newlines, stats) per block; longer lines cut to MAX_LINE; damage counted, not raised.
+
+    The bytes are those the lines were split from (a line cut to MAX_LINE keeps its index), for the vectorised filter.
+    """
     stats = _ReadStats()
     carry, skipping, base = b"", False, 0
     while True:
@@ -213,14 +220,14 @@ def _read_blocks(fh) -> Iterator[tuple[list[bytes], _ReadStats]]:
                     _note_cut(stats, base + i + 1)
         _note_damage(stats, data, lines, base)
         base += len(lines)
-        yield lines, stats
+        yield data, lines, stats
     if carry:
         stats.no_newline = True
         _note_damage(stats, carry, [carry], base)
-        yield [carry], stats
+        yield carry, [carry], stats
     elif skipping:
         stats.no_newline = True
-    yield [], stats
+    yield b"", [], stats
 
 
 def _note_cut(stats: _ReadStats, lineno: int) -> None:
@@ -245,17 +252,21 @@ def _note_damage(stats: _ReadStats, data: bytes, lines: list[bytes], base: int) 
         stats.nul_lines += sum(1 for ln in lines if b"\x00" in ln)
 
 
-def parse_stderr_blocks(blocks: Iterable[tuple[list[bytes], _ReadStats]], path: str,
+def parse_stderr_blocks(blocks: Iterable[tuple[bytes, list[bytes], _ReadStats]], path: str,
                         all_lines: bool = False) -> StderrLog:
     """Run the parser over blocks of lines; `all_lines` sends every line through it (tests: the guard loses nothing)."""
     parser = _Parser(path)
     guard = GUARD.search
     lineno = 0
     stats = _ReadStats()
-    for lines, stats in blocks:
-        for raw in lines:
+    for data, lines, stats in blocks:
+        mask = None if all_lines else candidate_mask(data, len(lines))
+        if mask is None and not all_lines and not parser.n_open:
+            lineno += len(lines)  # no line of this block can hold anything and no traceback or table is open
+            continue
+        for i, raw in enumerate(lines):
             lineno += 1
-            candidate = all_lines or guard(raw) is not None
+            candidate = all_lines or (mask is not None and mask[i] and guard(raw) is not None)
             if candidate or parser.n_open:
                 parser.line(lineno, raw, candidate)
     return parser.finish(lineno, stats)
@@ -323,7 +334,7 @@ class _Parser:
                     source = "failure_table"
                     entry = table.entry
                     if entry is not None and entry["rank"] >= 0:  # a line of this entry's traceback field
-                        rank, tagged = entry["rank"], True
+                        rank, local, tagged = entry["rank"], entry["local_rank"], True
         done = None
         if not consumed:
             key = (label, local, rank)
@@ -343,7 +354,6 @@ class _Parser:
             m = _DEFAULT_PG_RANK.search(body, 0, 4096)
             if m:
                 rank = int(m.group(1))  # the default group's rank is the global rank
-                self.tag_ranks.add(rank)
         if _AGENT_LINE.match(body):
             self.agent_lines += 1
         rows = classify(body)
@@ -410,10 +420,10 @@ class _Parser:
         name_rank = rank_from_file_name(self.path)
         m = _LOGDIR.search(self.path.replace("\\", "/"))
         layout_local = int(m.group(1)) if m else -1
-        combined = bool(self.tables) or self.agent_lines > 0 or len({lt for lt in self.local_tags}) > 1
         if name_rank is not None and self.tag_ranks <= {name_rank}:
             return name_rank, layout_local
-        if len(self.tag_ranks) == 1 and not combined:
+        combined = bool(self.tables) or self.agent_lines > 0 or len(self.local_tags) > 1
+        if layout_local >= 0 and len(self.tag_ranks) == 1 and not combined:  # one worker's --log-dir file
             return next(iter(self.tag_ranks)), layout_local
         return None, layout_local
 
@@ -439,8 +449,8 @@ class _Parser:
         for df in (events, tracebacks):
             if df.empty:
                 continue
-            if layout_local >= 0:
-                df.loc[(df["local_rank"] < 0) & ~df["_tagged"], "local_rank"] = layout_local
+            if layout_local >= 0:  # every line of a --log-dir worker file is that worker's
+                df.loc[df["local_rank"] < 0, "local_rank"] = layout_local
             unknown = df["rank"] < 0
             if local_map and unknown.any():
                 keys = list(zip(df["label"], df["local_rank"]))
