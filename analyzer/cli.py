@@ -161,7 +161,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     options = Options(gpus_per_node=args.gpus_per_node, rule_config=config_from_args(args))
     job = load_job(args.paths, jobs=args.jobs, progress=progress_printer(args.quiet))
     report = run_analysis(job, options)
-    usable = bool(job.traces or job.nccl_logs or job.fr_dumps)
+    usable = bool(job.traces or job.nccl_logs or job.fr_dumps or job.stderr_logs)
     if args.baseline and usable:
         try:
             base = load_baseline(args.baseline, lambda p: run_analysis(load_job(p, jobs=args.jobs), options))

@@ -8,9 +8,11 @@ from pathlib import Path
 
 from parsers.flight_recorder import looks_like_fr_dump
 from parsers.nccl_log import looks_like_nccl_log
+from parsers.torch_stderr import looks_like_stderr
 
 #: Kinds a file can be classified as.
 KINETO, NCCL_LOG, FR_DUMP, UNKNOWN = "kineto", "nccl_log", "flight_recorder", "unknown"
+STDERR = "stderr"  # torchrun / PyTorch / gloo / CUDA stderr (parsers/torch_stderr.py); NCCL debug logs stay nccl_log
 
 _HEAD_BYTES = 256 * 1024
 _TEXT_SUFFIXES = {".log", ".txt", ".out", ".err", ".stderr", ".stdout"}
@@ -56,7 +58,7 @@ def read_head(path: Path, n: int = _HEAD_BYTES) -> bytes:
 
 
 def classify(path: Path) -> InputFile:
-    """Classify one file as kineto / nccl_log / flight_recorder / unknown by sniffing its head."""
+    """Classify one file as kineto / nccl_log / flight_recorder / stderr / unknown by sniffing its head."""
     try:
         head = read_head(path)
     except OSError as exc:
@@ -79,6 +81,8 @@ def classify(path: Path) -> InputFile:
         return InputFile(str(path), FR_DUMP, "Flight Recorder file name")
     if looks_like_nccl_log(head):
         return InputFile(str(path), NCCL_LOG, "text with NCCL / ProcessGroupNCCL lines")
+    if looks_like_stderr(head, path):
+        return InputFile(str(path), STDERR, "text with Python tracebacks / torchrun / c10d / gloo / CUDA lines")
     if b"\x00" in head[:4096]:
         return InputFile(str(path), UNKNOWN, "binary data, not a trace")
     if Path(name).suffix in _TEXT_SUFFIXES:

@@ -11,7 +11,7 @@ from typing import Any, Callable, Optional
 import pandas as pd
 
 from analyzer.rank.metrics import rank_step_metrics
-from parsers.discover import FR_DUMP, KINETO, NCCL_LOG, discover
+from parsers.discover import FR_DUMP, KINETO, NCCL_LOG, STDERR, discover
 from parsers.errors import InputError
 from parsers.kineto import KinetoTrace, load_trace
 
@@ -41,6 +41,8 @@ class Job:
     world_size: Optional[int] = None
     missing_ranks: list[int] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    #: one StderrLog (parsers/torch_stderr.py) per stderr file, and per NCCL log that also holds stderr lines
+    stderr_logs: list[Any] = field(default_factory=list)
     #: results of expensive analyses of this job, computed once (e.g. the cross-rank matching for the report and its plots)
     cache: dict = field(default_factory=dict, repr=False, compare=False)
 
@@ -77,6 +79,48 @@ def _parse_other(kind: str, path: str) -> tuple[Any, str]:
         return None, f"internal error while parsing ({type(exc).__name__}: {exc})"
 
 
+def _parse_stderr(path: str) -> tuple[Any, str]:
+    """Worker: parse one stderr file (or the stderr lines of an NCCL log); failures become messages."""
+    try:
+        from parsers.torch_stderr import parse_stderr
+        return parse_stderr(path), ""
+    except InputError as exc:
+        return None, exc.reason
+    except Exception as exc:  # a parser bug must not sink the other files
+        return None, f"internal error while parsing ({type(exc).__name__}: {exc})"
+
+
+#: stderr warnings that mean part of the file's text was lost (the file is then "salvaged", not "read")
+_STDERR_DAMAGE = ("cut to that length", "not UTF-8", "NUL bytes", "reading stopped")
+
+
+def _load_stderr(found: list, jobs: int, records: list[FileRecord], warnings: list[str]) -> list[Any]:
+    """Parse stderr files, and NCCL logs for their stderr lines, in the worker pool; record the stderr files.
+
+    An NCCL log keeps its one `nccl_log` record; its StderrLog joins `Job.stderr_logs` only when it found something.
+    """
+    paths = [f.path for f in found if f.kind == STDERR]
+    also = [f.path for f in found if f.kind == NCCL_LOG]  # a combined log: NCCL lines and tracebacks together
+    logs: list[Any] = []
+    for i, (log, err) in enumerate(_map(_parse_stderr, paths + also, jobs, None)):
+        path, own = (paths + also)[i], i < len(paths)
+        if log is None:
+            if own:
+                records.append(FileRecord(path, STDERR, FAILED, err))
+            else:
+                warnings.append(f"{path}: its stderr lines could not be read ({err})")
+            continue
+        if not own and log.empty:
+            continue
+        logs.append(log)
+        warnings.extend(log.warnings)
+        if own:
+            damaged = any(d in w for w in log.warnings for d in _STDERR_DAMAGE)
+            records.append(FileRecord(path, STDERR, SALVAGED if damaged else READ, "; ".join(log.warnings[:1]),
+                                      log.rank))
+    return logs
+
+
 def default_jobs() -> int:
     """Worker count: the machine's cores."""
     return max(1, os.cpu_count() or 1)
@@ -89,7 +133,7 @@ def load_job(paths: list[str | Path], jobs: Optional[int] = None,
     records: list[FileRecord] = [FileRecord(p, "unknown", FAILED, msg) for p, msg in problems]
     trace_paths = [f.path for f in found if f.kind == KINETO]
     for f in found:
-        if f.kind not in (KINETO, NCCL_LOG, FR_DUMP):
+        if f.kind not in (KINETO, NCCL_LOG, FR_DUMP, STDERR):
             records.append(FileRecord(f.path, f.kind, SKIPPED, f"not a trace: {f.reason}"))
 
     jobs = default_jobs() if jobs is None else max(1, jobs)
@@ -142,6 +186,8 @@ def load_job(paths: list[str | Path], jobs: Optional[int] = None,
             warnings.extend(w)
             records.append(FileRecord(f.path, f.kind, READ, "; ".join(w[:1]), getattr(value, "rank", None)))
 
+    stderr_logs = _load_stderr(found, jobs, records, warnings)
+
     worlds = {t.world_size for t in traces.values() if t.world_size}
     world = max(worlds) if worlds else None
     if len(worlds) > 1:
@@ -150,7 +196,8 @@ def load_job(paths: list[str | Path], jobs: Optional[int] = None,
     records.sort(key=lambda r: r.path)
     step_metrics = (pd.concat(metrics, ignore_index=True).sort_values(["rank", "step"], kind="stable")
                     .reset_index(drop=True) if metrics else pd.DataFrame())
-    return Job(records, dict(sorted(traces.items())), step_metrics, logs, dumps, world, missing, warnings)
+    return Job(records, dict(sorted(traces.items())), step_metrics, logs, dumps, world, missing, warnings,
+               stderr_logs=stderr_logs)
 
 
 def _map(fn, items: list[str], jobs: int, progress) -> list:
