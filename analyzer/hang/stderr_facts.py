@@ -1,11 +1,14 @@
 """Per-rank failure facts from parsed stderr (parsers/torch_stderr.py): who died, how, and what came first.
 
 Every recognised line is either an *origin* (something went wrong on this rank: a Python exception in user
-code, a gloo size check, a CUDA error, out of memory, a signal other than the launcher's SIGTERM) or a
+code, a gloo size check, a CUDA error, out of memory, a fatal signal other than the launcher's SIGTERM) or a
 *consequence* (this rank noticed someone else's failure: timeouts, connection closed/reset by peer, a remote
-error, the launcher's SIGTERM). Only origins make a rank a culprit; consequences make it a waiter, and a timeout
-that names its peer says on whom it waited. torchrun's "Root Cause (first observed failure)" names the first
-child it reaped, which is often not the first that failed: it is kept as evidence, never as the verdict.
+error, the launcher's SIGTERM). Only origins make a rank a culprit; consequences make it a waiter. torchrun's
+"Root Cause (first observed failure)" names the first child it reaped, which is often not the first that failed:
+it is kept as evidence, never as the verdict.
+
+gloo's fatal size check is printed by std::terminate without a rank tag; when exactly one rank of that file died
+of the matching signal (SIGABRT) and has no other origin, the line is that rank's.
 """
 from __future__ import annotations
 
@@ -18,18 +21,26 @@ import pandas as pd
 ORIGIN_KINDS = {"gloo_size_mismatch", "gloo_invalid_tensor_size", "cuda_illegal_memory", "cuda_device_assert",
                 "cuda_error", "xid", "ecc", "oom", "host_oom_kill"}
 CONSEQUENCE_KINDS = {"connection_closed", "connection_reset", "recv_timeout", "send_timeout", "gloo_timeout",
-                     "watchdog_timeout", "sigterm_sent", "store_timeout"}
+                     "watchdog_timeout", "watchdog_stuck", "sigterm_sent", "store_timeout", "monitored_barrier",
+                     "collective_mismatch", "fr_dump"}
 RENDEZVOUS_KINDS = {"rendezvous_eaddrinuse", "rendezvous_refused"}
 NCCL_CONSEQUENCE_REASONS = ("remote process exited", "network error", "timeout", "timed out", "aborted")
-DIST_EXC = re.compile(r"(?:^|\.)(?:RuntimeError|DistBackendError|DistError|DistNetworkError|DistStoreError|"
+# exceptions that report someone else's failure or the launcher's shutdown (RuntimeError is not among them: it is
+# also what shape errors, CUDA errors and most user errors raise; its message decides)
+DIST_EXC = re.compile(r"(?:^|\.)(?:DistBackendError|DistError|DistNetworkError|DistStoreError|"
                       r"ChildFailedError|SignalException|TimeoutError|ConnectionError|ConnectionResetError|"
                       r"BrokenPipeError|KeyboardInterrupt|SystemExit)$")
+GLOO_TEXT = re.compile(r"gloo[/:]|ProcessGroupGloo|c10d|ProcessGroupNCCL|NCCL communicator")
 CONSEQUENCE_TEXT = re.compile(r"[Tt]imed out|[Tt]imeout|[Cc]onnection (?:closed|reset|refused)|by peer|"
                               r"remote process exited|[Ss]ignal 15|SIGTERM|Broken pipe|NCCL communicator was aborted|"
-                              r"watchdog")
+                              r"[Ww]atchdog|monitoredBarrier|failed to pass")
 ORIGIN_TEXT = re.compile(r"Received data size doesn't match|invalid tensor size|out of memory|illegal memory|"
                          r"device-side assert|CUDA error|ECC|Xid")
+SIGNAL_NAMES = {6: "SIGABRT", 9: "SIGKILL", 11: "SIGSEGV", 7: "SIGBUS", 8: "SIGFPE", 4: "SIGILL", 15: "SIGTERM",
+                1: "SIGHUP", 2: "SIGINT"}
 SIGNALS_ORIGIN = {"SIGABRT", "SIGKILL", "SIGSEGV", "SIGBUS", "SIGFPE", "SIGILL"}
+UNRANKED_SIGNAL = {"gloo_size_mismatch": "SIGABRT", "gloo_invalid_tensor_size": "SIGABRT",
+                   "host_oom_kill": "SIGKILL"}
 
 
 @dataclass
@@ -38,7 +49,7 @@ class RankFailure:
 
     rank: int
     died: bool = False
-    how: str = ""                         # 'SIGABRT', 'exit code 1', ...
+    how: str = ""                         # 'SIGABRT', 'exit code 1', 'uncaught ValueError', ...
     origin: dict | None = None            # the first origin line: kind, text, file, line, exc_type, message, where
     consequences: list[dict] = field(default_factory=list)
     peers: list[int] = field(default_factory=list)
@@ -49,21 +60,33 @@ class RankFailure:
 
 @dataclass
 class StderrFacts:
-    """Failures per rank, the launcher's root-cause pick, rendezvous failures and the job's first origin."""
+    """Failures per rank, the launcher's root-cause pick, rendezvous failures, and lines no rank can be given."""
 
     ranks: dict[int, RankFailure] = field(default_factory=dict)
     launcher_root: int | None = None
     rendezvous: list[dict] = field(default_factory=list)
     unranked_origins: list[dict] = field(default_factory=list)
+    mismatch_reports: list[dict] = field(default_factory=list)
+    seen: set[int] = field(default_factory=set)    # ranks whose own output is among the inputs
 
     def origin_ranks(self) -> list[int]:
         """Ranks with an origin failure, in the order their first origin line appears."""
         rows = [(f.origin.get("order", 0), r) for r, f in self.ranks.items() if f.origin]
         return [r for _, r in sorted(rows)]
 
+    def rank(self, r: int) -> RankFailure:
+        return self.ranks.setdefault(r, RankFailure(r))
 
-def _cell(x: Any, default: Any = "") -> Any:
-    return default if x is None or (isinstance(x, float) and x != x) else x
+
+def _s(x: Any) -> str:
+    return "" if x is None or (isinstance(x, float) and x != x) else str(x)
+
+
+def _i(x: Any) -> int:
+    try:
+        return int(x)
+    except (TypeError, ValueError):
+        return -1
 
 
 def _is_origin(kind: str, exc_type: str, text: str, reason: str) -> bool:
@@ -73,22 +96,32 @@ def _is_origin(kind: str, exc_type: str, text: str, reason: str) -> bool:
     if kind in CONSEQUENCE_KINDS or kind in RENDEZVOUS_KINDS:
         return False
     if kind == "nccl_error":
-        return not any(w in reason.lower() for w in NCCL_CONSEQUENCE_REASONS)
+        return not any(w in (reason + " " + text).lower() for w in NCCL_CONSEQUENCE_REASONS)
     if kind in ("exception", "dist_backend_error"):
         if ORIGIN_TEXT.search(text):
             return True
-        if CONSEQUENCE_TEXT.search(text):
+        if CONSEQUENCE_TEXT.search(text) or kind == "dist_backend_error":
             return False
-        return not DIST_EXC.search(exc_type or "")
+        if DIST_EXC.search(exc_type or ""):
+            return False
+        return not GLOO_TEXT.search(text)
     return False
 
 
-def _rank_of(v: Any) -> int:
-    try:
-        r = int(v)
-    except (TypeError, ValueError):
-        return -1
-    return r if 0 <= r < 1 << 20 else -1
+def _signal_name(code: int, reason: str) -> str:
+    """'SIGABRT' from a signal row's reason or number (exit code -6 means signal 6)."""
+    m = re.search(r"SIG[A-Z]+", reason or "")
+    if m:
+        return m.group(0)
+    n = abs(code) if code not in (-1, 0) else 0
+    return SIGNAL_NAMES.get(n, f"signal {n}" if n else "")
+
+
+def _item(path: str, order: int, **kw: Any) -> dict:
+    base = dict(kind="", text="", file=path, line=None, exc_type="", message="", where="", reason="", order=order,
+                peer=-1, group="", seq=-1, op="", bytes_a=-1, bytes_b=-1, code=-1)
+    base.update(kw)
+    return base
 
 
 def stderr_facts(logs: list) -> StderrFacts:
@@ -97,75 +130,98 @@ def stderr_facts(logs: list) -> StderrFacts:
     order = 0
     for log in logs:
         path = str(getattr(log, "path", ""))
-        ev = getattr(log, "events", None)
-        tb = getattr(log, "tracebacks", None)
-        fails = getattr(log, "failures", None)
+        out.seen |= {int(r) for r in getattr(log, "ranks", ()) or () if int(r) >= 0}
         rows = []
-        if ev is not None and len(ev):
-            rows += [("event", x) for x in ev.to_dict("records")]
-        if tb is not None and len(tb):
-            rows += [("traceback", x) for x in tb.to_dict("records")]
-        rows.sort(key=lambda kx: int(_cell(kx[1].get("line"), 0) or 0))
+        for what, df in (("event", getattr(log, "events", None)), ("traceback", getattr(log, "tracebacks", None))):
+            if df is not None and len(df):
+                rows += [(what, x) for x in df.to_dict("records")]
+        rows.sort(key=lambda kx: _i(kx[1].get("line")))
+        unranked: list[dict] = []
         for what, x in rows:
             order += 1
-            r = _rank_of(x.get("rank"))
-            line = int(_cell(x.get("line"), 0) or 0) or None
+            r = _i(x.get("rank"))
+            line = _i(x.get("line"))
+            line = line if line > 0 else None
             if what == "traceback":
                 _traceback(out, r, x, path, line, order)
                 continue
-            kind = str(_cell(x.get("kind")))
-            text = str(_cell(x.get("text")))
-            exc, reason = str(_cell(x.get("exc_type"))), str(_cell(x.get("reason")))
-            item = dict(kind=kind, text=text, file=path, line=line, exc_type=exc, message=str(_cell(x.get("message"))),
-                        where=str(_cell(x.get("where"))), reason=reason, order=order,
-                        peer=_rank_of(x.get("peer")), group=str(_cell(x.get("group"))),
-                        seq=int(_cell(x.get("seq"), -1) if str(_cell(x.get("seq"), -1)).lstrip("-").isdigit() else -1),
-                        bytes_a=_cell(x.get("bytes_a"), None), bytes_b=_cell(x.get("bytes_b"), None))
-            if kind in RENDEZVOUS_KINDS:
+            kind, text = _s(x.get("kind")), _s(x.get("text"))
+            exc, reason = _s(x.get("exc_type")), _s(x.get("reason"))
+            item = _item(path, order, kind=kind, text=text, line=line, exc_type=exc, message=_s(x.get("message")),
+                         where=_s(x.get("where")), reason=reason, peer=_i(x.get("peer_rank")),
+                         group=_s(x.get("group")), seq=_i(x.get("seq")), op=_s(x.get("op")),
+                         bytes_a=_i(x.get("bytes_a")), bytes_b=_i(x.get("bytes_b")), code=_i(x.get("code")))
+            if kind in RENDEZVOUS_KINDS or (kind == "store_timeout" and r < 0):
                 out.rendezvous.append(item)
                 continue
+            if kind == "collective_mismatch":
+                out.mismatch_reports.append(dict(item, rank=r))
             if r < 0:
                 if _is_origin(kind, exc, text, reason):
-                    out.unranked_origins.append(item)
+                    unranked.append(item)
                 continue
-            f = out.ranks.setdefault(r, RankFailure(r))
-            if kind == "signal" or kind == "child_failed":
-                sig = str(_cell(x.get("reason")) or _cell(x.get("message")))
-                _death(f, sig, item)
+            f = out.rank(r)
+            if kind in ("signal", "child_failed"):
+                sig = _signal_name(item["code"], reason)
+                _death(f, sig or (f"exit code {item['code']}" if item["code"] not in (-1, 0) else ""), item)
                 continue
+            if kind == "monitored_barrier" and item["peer"] >= 0 and item["peer"] != r:
+                f.peers.append(item["peer"])
+                f.timed_out = True
             if _is_origin(kind, exc, text, reason):
                 if f.origin is None:
                     f.origin = item
                 f.evidence.append((path, line, text))
-            elif kind in CONSEQUENCE_KINDS or kind in ("exception", "dist_backend_error", "nccl_error"):
+            else:
                 f.consequences.append(item)
-                if "timeout" in kind or "timed out" in text.lower():
+                if "timeout" in kind or re.search(r"[Tt]imed? ?out", text):
                     f.timed_out = True
                 if item["peer"] >= 0 and item["peer"] != r:
                     f.peers.append(item["peer"])
-        if fails is not None and len(fails):
-            for x in fails.to_dict("records"):
-                r = _rank_of(x.get("rank"))
-                if r < 0:
-                    continue
-                f = out.ranks.setdefault(r, RankFailure(r))
-                sig = str(_cell(x.get("signal")))
-                code = _cell(x.get("exitcode"), None)
-                how = sig or (f"exit code {code}" if code not in (None, "", 0) else "")
-                item = dict(kind="child_failed", text=f"torchrun: rank {r} exitcode {code}" + (f" ({sig})" if sig else ""),
-                            file=path, line=int(_cell(x.get("line"), 0) or 0) or None, order=order)
-                if how:
-                    _death(f, how, item)
-                if bool(_cell(x.get("root_cause"), False)):
-                    out.launcher_root = r
-                    f.root_cause_by_launcher = True
+        _failure_table(out, getattr(log, "failures", None), path, order)
+        _attribute_unranked(out, unranked)
     return out
+
+
+def _failure_table(out: StderrFacts, fails: pd.DataFrame | None, path: str, order: int) -> None:
+    """torchrun's table: exit code and signal per rank (a death), its root-cause pick (evidence only)."""
+    if fails is None or not len(fails):
+        return
+    for x in fails.to_dict("records"):
+        r = _i(x.get("rank"))
+        if r < 0:
+            continue
+        f = out.rank(r)
+        sig = _s(x.get("signal"))
+        code = _i(x.get("exitcode"))
+        how = sig or (_signal_name(code, "") if code < -1 else (f"exit code {code}" if code > 0 else ""))
+        text = f"torchrun: rank {r} exitcode {code}" + (f" ({sig})" if sig else "")
+        if how:
+            _death(f, how, _item(path, order, kind="child_failed", text=text, line=_i(x.get("line")) or None))
+        if bool(x.get("root_cause")) is True:
+            out.launcher_root = r
+            f.root_cause_by_launcher = True
+
+
+def _attribute_unranked(out: StderrFacts, unranked: list[dict]) -> None:
+    """Give an untagged fatal line (gloo's terminate, an OOM kill) to the one rank that died of its signal."""
+    for item in unranked:
+        sig = UNRANKED_SIGNAL.get(item["kind"])
+        cands = [r for r, f in out.ranks.items() if f.died and f.origin is not None
+                 and f.origin.get("kind") == "signal" and sig and sig in f.how]
+        if sig and len(cands) == 1:
+            f = out.ranks[cands[0]]
+            f.origin = dict(item, order=f.origin.get("order", item["order"]))
+            f.evidence.insert(0, (item["file"], item["line"], item["text"]))
+        else:
+            out.unranked_origins.append(item)
 
 
 def _death(f: RankFailure, how: str, item: dict) -> None:
     """Record that a rank died and how; a signal other than SIGTERM with no other origin is itself the origin."""
     f.died = True
-    f.how = f.how or how
+    if how and (not f.how or f.how.startswith("uncaught") and how.startswith("SIG")):
+        f.how = how
     f.evidence.append((item["file"], item["line"], item["text"]))
     if f.origin is None and any(s in how for s in SIGNALS_ORIGIN):
         f.origin = dict(item, kind="signal", exc_type="", message=how)
@@ -173,27 +229,24 @@ def _death(f: RankFailure, how: str, item: dict) -> None:
 
 def _traceback(out: StderrFacts, r: int, x: dict, path: str, line: int | None, order: int) -> None:
     """An uncaught traceback: the rank died of it; its exception is an origin unless it reports someone else."""
-    if r < 0:
+    if r < 0 or bool(x.get("chained")) is True:
         return
-    f = out.ranks.setdefault(r, RankFailure(r))
-    exc, msg = str(_cell(x.get("exc_type"))), str(_cell(x.get("message")))
-    if bool(_cell(x.get("chained"), False)):
-        return
+    f = out.rank(r)
+    exc, msg = _s(x.get("exc_type")), _s(x.get("message"))
     where = ""
-    if _cell(x.get("user_file")):
-        where = f"{x['user_file']}:{_cell(x.get('user_line'), '')} {_cell(x.get('user_func'))}".strip()
-    text = f"{exc}: {msg}" + (f" (at {where})" if where else "")
-    item = dict(kind="exception", text=text, file=path, line=line, exc_type=exc, message=msg, where=where,
-                reason="", order=order, peer=-1, group="", seq=-1, bytes_a=None, bytes_b=None)
+    if _s(x.get("user_file")):
+        where = f"{x['user_file']}:{_i(x.get('user_line'))} {_s(x.get('user_func'))}".strip()
+    text = f"{exc}: {msg}"[:400] + (f" (at {where})" if where else "")
+    item = _item(path, order, kind="exception", text=text, line=line, exc_type=exc, message=msg, where=where)
     f.died = True
     f.how = f.how or f"uncaught {exc}"
     if _is_origin("exception", exc, f"{exc}: {msg}", ""):
-        if f.origin is None or f.origin.get("kind") in ("exception", "signal"):
-            f.origin = f.origin if (f.origin and f.origin.get("kind") != "signal") else item
-        f.evidence.append((path, line, text))
+        if f.origin is None or f.origin.get("kind") == "signal":
+            f.origin = item
+        f.evidence.insert(0, (path, line, text))
     else:
         f.consequences.append(item)
-        if CONSEQUENCE_TEXT.search(msg) and re.search(r"[Tt]imed? ?out", msg):
+        if re.search(r"[Tt]imed? ?out", msg):
             f.timed_out = True
 
 
@@ -208,10 +261,9 @@ def add_log_errors(facts: StderrFacts, errors: pd.DataFrame) -> None:
     timed = set(int(r) for r in errors.loc[errors["kind"] == "timeout", "rank"])
     for x in errors.itertuples(index=False):
         r = int(x.rank)
-        f = facts.ranks.setdefault(r, RankFailure(r))
-        item = dict(kind=str(x.kind), text=str(x.text), file=str(x.file), line=int(x.line), exc_type="",
-                    message=str(x.text), where="", reason=str(x.text), order=10_000_000 + int(x.line), peer=-1,
-                    group=str(x.group), seq=int(x.seq), bytes_a=None, bytes_b=None)
+        f = facts.rank(r)
+        item = _item(str(x.file), 10_000_000 + int(x.line), kind=str(x.kind), text=str(x.text), line=int(x.line),
+                     message=str(x.text), reason=str(x.text), group=str(x.group), seq=int(x.seq))
         if x.kind == "timeout":
             f.timed_out = True
             f.consequences.append(item)

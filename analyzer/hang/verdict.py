@@ -86,10 +86,58 @@ def _failure_evidence(facts: StderrFacts, ranks: list[int]) -> list[tuple]:
     return out
 
 
+def _size_abort(facts: StderrFacts, r: int) -> bool:
+    f = facts.ranks.get(r)
+    return bool(f and f.origin and f.origin.get("kind") in ("gloo_size_mismatch", "gloo_invalid_tensor_size"))
+
+
+def _abort_side(inp: HangInputs, d: Divergence, facts: StderrFacts) -> tuple[list[int], str] | None:
+    """Break a tie with ranks that gloo aborted in this group for receiving more data than their own buffer holds:
+    such a rank holds the smaller buffer, so it sides with the ranks whose call moves fewer bytes."""
+    members = inp.groups[d.group].members if d.group in inp.groups else set()
+    aborted = [r for r in sorted(members or ()) if r not in d.present and _size_abort(facts, r)
+               and facts.ranks[r].origin.get("bytes_a", -1) > facts.ranks[r].origin.get("bytes_b", -1) >= 0]
+    if not aborted:
+        return None
+    nbytes = {r: _call_bytes(inp, d.group, d.seq, r) for r in d.present}
+    if any(v < 0 for v in nbytes.values()) or len(set(nbytes.values())) < 2:
+        return None
+    small = min(nbytes.values())
+    votes = Counter("small" if v == small else "large" for v in nbytes.values())
+    votes["small"] += len(aborted)
+    if votes["small"] <= votes["large"]:
+        return None
+    odd = sorted(r for r, v in nbytes.items() if v != small)
+    why = (f"rank(s) {aborted} aborted in gloo's size check (received more bytes than their own buffer holds), so "
+           f"their call moves the smaller amount, like rank(s) {sorted(r for r in nbytes if nbytes[r] == small)}")
+    return odd, why
+
+
+def _call_bytes(inp: HangInputs, g: str, seq: int, r: int) -> int:
+    """Bytes one rank's call moves at (g, seq): Σ input elements × element size (-1 when unknown)."""
+    c = inp.calls[(inp.calls["group"] == g) & (inp.calls["seq"] == seq) & (inp.calls["rank"] == r)
+                  & (inp.calls["kind"] == "coll")]
+    if c.empty or (c["numel_in"] < 0).any():
+        return -1
+    sizes = {"float64": 8, "int64": 8, "uint64": 8, "complex64": 8, "float32": 4, "int32": 4, "uint32": 4,
+             "float16": 2, "bfloat16": 2, "int16": 2, "int8": 1, "uint8": 1, "bool": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
+    total = 0
+    for n, dt in zip(c["numel_in"], c["dtype_in"]):
+        item = max((sizes.get(x, -1) for x in str(dt).split(",")), default=-1)
+        if item < 0:
+            return -1
+        total += int(n) * item
+    return total
+
+
 def from_divergence(inp: HangInputs, d: Divergence, facts: StderrFacts) -> HangDiagnosis:
-    """A mismatch root; a tie is broken only by a suspect whose stderr shows an origin failure."""
+    """A mismatch root; a tie is broken only by evidence: a suspect's own error, or ranks gloo aborted."""
     culprits, tie, conf = list(d.culprits), d.tie, 0.9 if len(d.present) >= 3 else 0.8
     cause = d.cause
+    side = _abort_side(inp, d, facts) if tie else None
+    if side is not None:
+        culprits, tie, conf = side[0], False, 0.75
+        cause += "; the tie is broken because " + side[1]
     if tie:
         named = [r for r in culprits if facts.ranks.get(r) and facts.ranks[r].origin]
         if named and len(named) < len(culprits):
@@ -272,8 +320,11 @@ def build(inp: HangInputs, st: RankStates, edges: pd.DataFrame, divs: list[Diver
         x = from_divergence(inp, d, facts)
         diags.append(x)
         claimed |= set(x.culprit_ranks)
-    # origin failures in stderr that no mismatch already explains
-    origins = [r for r in facts.origin_ranks() if r not in claimed]
+    # origin failures in stderr that no mismatch already explains (a gloo size abort inside a group that shows a
+    # divergence is that divergence seen from the receiving side)
+    explained = {r for r in facts.origin_ranks() if _size_abort(facts, r) and any(
+        r in (inp.groups[d.group].members or ()) for d in divs if d.group in inp.groups)}
+    origins = [r for r in facts.origin_ranks() if r not in claimed and r not in explained]
     by_kind: dict[str, list[int]] = {}
     for r in origins:
         by_kind.setdefault(_origin_kind(facts.ranks[r].origin), []).append(r)
@@ -313,7 +364,14 @@ def build(inp: HangInputs, st: RankStates, edges: pd.DataFrame, divs: list[Diver
     heads = _heads(edges, st, claimed)
     for kind, ranks in heads.items():
         conf = {"lagging_rank": 0.75, "missing_rank": 0.75, "crashed_rank": 0.6, "unknown_rank": 0.45}[kind]
-        if kind == "crashed_rank":
+        silent = [r for r in ranks if kind == "crashed_rank" and r in facts.seen
+                  and not (facts.ranks.get(r) and (facts.ranks[r].died or facts.ranks[r].origin))]
+        if silent and len(silent) == len(ranks):
+            kind, conf = "missing_rank", 0.7
+            cause = (f"rank(s) {ranks} left no dump, and their own output shows no error and no death: they never "
+                     f"joined the collective the others {_wait_text(st, edges, ranks)} (they left their loop early — "
+                     "fewer batches than the others — or are stuck outside collectives)")
+        elif kind == "crashed_rank":
             why = {r: no_dump.get(r, "") for r in ranks}
             where = _wait_text(st, edges, ranks)
             cause = (f"rank(s) {ranks} left no Flight Recorder dump or record while the others {where}: "
