@@ -21,7 +21,7 @@ ENTRY_COLUMNS = [
     "record_id", "pg_id", "pg_name", "pg_desc", "collective_seq_id", "p2p_seq_id", "op_id", "profiling_name", "op",
     "peer", "is_p2p", "input_numel", "output_numel", "input_sizes", "output_sizes", "input_dtypes",
     "output_dtypes", "state", "retired", "time_created_ns", "time_started_ns", "time_completed_ns", "timeout_ms",
-    "top_frame",
+    "top_frame", "user_stack",
 ]
 INT_COLUMNS = ["record_id", "pg_id", "collective_seq_id", "p2p_seq_id", "op_id", "peer", "input_numel", "output_numel",
                "time_created_ns", "time_started_ns", "time_completed_ns", "timeout_ms"]
@@ -226,6 +226,24 @@ def parse_ranks(v: Any) -> list[int] | None:
     return None
 
 
+MAX_STACK = 16  # user-code function names kept per entry (outermost first): a call site's identity
+
+
+def user_stack(frames: Any, reader: _Reader | None = None) -> str:
+    """The user-code frames of an entry's stack as 'function:line', outermost first, ';'-joined: its call site."""
+    if not isinstance(frames, (list, tuple)):
+        return ""
+    rd = reader or _Reader()
+    names = []
+    for f in frames:
+        if not isinstance(f, dict):
+            continue
+        fn = rd.text(f.get("filename", ""), "frames")
+        if fn and not _TORCH_FRAME.search(fn):
+            names.append(f"{rd.text(f.get('name', ''), 'frames')[:200]}:{rd.int(f.get('line'), 'frames')}")
+    return ";".join(reversed(names[:MAX_STACK]))
+
+
 def top_user_frame(frames: Any, reader: _Reader | None = None) -> str:
     """'file:line name' of the innermost frame outside torch / site-packages; '' if none."""
     if not isinstance(frames, (list, tuple)):
@@ -277,6 +295,7 @@ def _entry_row(e: dict, pg_names: dict[str, str], rd: _Reader) -> dict[str, Any]
         "time_created_ns": rd.int(e.get("time_created_ns"), "time_created_ns"),
         "time_started_ns": started if started > 0 else -1, "time_completed_ns": completed if completed > 0 else -1,
         "timeout_ms": rd.int(e.get("timeout_ms"), "timeout_ms"), "top_frame": top_user_frame(e.get("frames"), rd),
+        "user_stack": user_stack(e.get("frames"), rd),
     }
 
 

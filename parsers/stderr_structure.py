@@ -12,6 +12,7 @@ from parsers.stderr_events import signal_name
 MAX_FRAMELESS = 200   # lines of a stream after a traceback's last frame before it is closed as cut
 MAX_TABLE_LINES = 2000  # lines of a failure table before it is closed as cut
 MAX_TEXT = 1000
+MAX_STACK = 16  # user-code frames kept per traceback as 'function:line' (outermost first): the call site
 
 TB_HEAD = "Traceback (most recent call last):"
 CHAINED = ("During handling of the above exception, another exception occurred:",
@@ -59,7 +60,8 @@ class Traceback:
         if body.startswith(TB_HEAD):
             if self.cur is not None:
                 cut = self._close(lineno - 1, "", "")
-            self.cur = dict(line=lineno, frames=0, user=("", -1, ""), inner=("", -1, ""), chained=self.chained_next)
+            self.cur = dict(line=lineno, frames=0, user=("", -1, ""), inner=("", -1, ""), chained=self.chained_next,
+                            stack=[])
             self.chained_next, self.since_frame = False, 0
             return None, cut
         if self.cur is None:
@@ -74,6 +76,8 @@ class Traceback:
                 self.cur["inner"] = frame
                 if not is_library(frame[0]):
                     self.cur["user"] = frame
+                    if len(self.cur["stack"]) < MAX_STACK:
+                        self.cur["stack"].append(f"{frame[2]}:{frame[1]}")
                 self.since_frame = 0
                 return None, None
             return self._idle(lineno), None
@@ -99,7 +103,7 @@ class Traceback:
         return dict(line=c["line"], end_line=end_line, exc_type=exc_type, message=message.strip()[:MAX_TEXT],
                     user_file=c["user"][0], user_line=c["user"][1], user_func=c["user"][2], frames=c["frames"],
                     inner_file=c["inner"][0], inner_line=c["inner"][1], inner_func=c["inner"][2],
-                    chained=c["chained"], source=self.source)
+                    chained=c["chained"], source=self.source, user_stack=";".join(c["stack"]))
 
 
 class FailureTable:

@@ -39,7 +39,7 @@ EVENT_COLUMNS: dict[str, object] = {
 TRACEBACK_COLUMNS: dict[str, object] = {
     "rank": -1, "local_rank": -1, "label": "", "line": -1, "end_line": -1, "exc_type": "", "message": "",
     "user_file": "", "user_line": -1, "user_func": "", "frames": 0, "chained": False, "inner_file": "",
-    "inner_line": -1, "inner_func": "", "source": "stream",
+    "inner_line": -1, "inner_func": "", "source": "stream", "user_stack": "",
 }
 FAILURE_COLUMNS: dict[str, object] = {
     "rank": -1, "local_rank": -1, "host": "", "exitcode": -1, "signal": "", "pid": -1, "time": "", "error_file": "",

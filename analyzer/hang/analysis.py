@@ -77,9 +77,10 @@ def analyze_hang(dumps: Iterable[Any] = (), logs: Iterable[Any] = (), world_size
     add_log_errors(facts, inp.errors)
     inp.world |= {r for r in facts.ranks if r < (world_size or 1 << 20)}
     divs = [d for key in sorted(inp.groups, key=_group_key) if (d := matching.group_divergence(inp, key))]
-    st = waits.rank_states(inp)
+    lates = matching.late_arrivals(inp, skip={d.group for d in divs})
+    st = waits.rank_states(inp, {(d.group, d.seq): d.culprits for d in divs + lates})
     edges = waits.wait_edges(st)
-    diags, no_dump = verdict.build(inp, st, edges, divs, facts)
+    diags, no_dump = verdict.build(inp, st, edges, divs, facts, lates)
     quoted = {e[0] for d in diags for e in d.evidence}
     for d in diags:
         if d.kind in ("crashed_rank", "lagging_rank", "missing_rank", "nccl_error", "device_stalled"):

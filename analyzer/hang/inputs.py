@@ -21,8 +21,8 @@ from analyzer.hang import fr_groups
 from parsers.flight_recorder import MAX_RANK
 
 CALL_COLUMNS = ["source", "group", "rank", "kind", "seq", "coll_seq", "op", "peer", "numel_in", "numel_out",
-                "sizes_in", "sizes_out", "dtype_in", "dtype_out", "done", "order", "created_ns", "timeout_ms", "file",
-                "line", "text", "frame"]
+                "sizes_in", "sizes_out", "dtype_in", "dtype_out", "done", "order", "created_ns", "timeout_ms", "ops_before",
+                "file", "line", "text", "frame", "stack"]
 PROGRESS_COLUMNS = ["group", "rank", "source", "coll_enqueued", "coll_completed", "p2p_enqueued", "p2p_completed",
                     "space", "raw_enqueued", "raw_started", "raw_completed", "window_lo", "file"]
 NCCL_DTYPES = {0: "int8", 1: "uint8", 2: "int32", 3: "uint32", 4: "int64", 5: "uint64", 6: "float16",
@@ -180,6 +180,10 @@ def _fr_calls(d: Any, rank: int, e: pd.DataFrame, groups: dict[str, Group]) -> p
         gpeer[idx] = _global_peer(peer[idx], sorted(g.members) if g and g.members else [])
     # 'scheduled' does not mean incomplete (completion is often not discovered per entry): `_completion` decides
     done = np.where(e["state"].to_numpy() == "completed", 1, -1)
+    # ops the group issued since the previous recorded one (op_id counts every op; gloo records no send/recv)
+    op_id = e["op_id"].to_numpy().astype(np.int64)
+    prev = e.groupby("pg_name", sort=False)["op_id"].shift(1).fillna(-1).to_numpy().astype(np.int64)
+    ops_before = np.where((prev >= 0) & (op_id >= 0), op_id - prev - 1, -1)
     text = ("rank " + str(rank) + " " + e["profiling_name"] + np.where(p2p, " p2p #", " seq ") + seq.astype(str)
             + " in " + e["input_sizes"] + " " + e["input_dtypes"] + " out " + e["output_sizes"] + " state "
             + e["state"])
@@ -191,8 +195,9 @@ def _fr_calls(d: Any, rank: int, e: pd.DataFrame, groups: dict[str, Group]) -> p
         "sizes_out": e["output_sizes"].to_numpy(),
         "dtype_in": [norm_dtypes(x) for x in e["input_dtypes"]], "dtype_out": [norm_dtypes(x) for x in e["output_dtypes"]],
         "done": done, "order": e["record_id"].to_numpy(), "created_ns": e["time_created_ns"].to_numpy(),
-        "timeout_ms": e["timeout_ms"].to_numpy(),
-        "file": d.path, "line": -1, "text": text.to_numpy(), "frame": e["top_frame"].to_numpy()}, columns=CALL_COLUMNS)
+        "timeout_ms": e["timeout_ms"].to_numpy(), "ops_before": ops_before,
+        "file": d.path, "line": -1, "text": text.to_numpy(), "frame": e["top_frame"].to_numpy(),
+        "stack": e["user_stack"].to_numpy()}, columns=CALL_COLUMNS)
 
 
 def _log_rank_map(log: Any) -> dict[tuple[str, int], int]:
@@ -271,8 +276,10 @@ def _coll_rows(log: Any, colls: pd.DataFrame, rmap: dict[tuple[str, int], int]) 
                        "kind": np.where(p2p, "p2p", "coll"), "seq": seq, "coll_seq": seq,
                        "op": op, "peer": -1, "numel_in": cnt, "numel_out": cnt, "sizes_in": txt(cnt),
                        "sizes_out": txt(cnt), "dtype_in": dt, "dtype_out": dt, "done": -1,
-                       "order": line, "created_ns": -1, "timeout_ms": -1, "file": log.path, "line": line,
-                       "text": pd.Series(text, index=c.index, dtype=object), "frame": ""}, columns=CALL_COLUMNS)
+                       "order": line, "created_ns": -1, "timeout_ms": -1, "ops_before": -1, "file": log.path,
+                       "line": line,
+                       "text": pd.Series(text, index=c.index, dtype=object), "frame": "", "stack": ""},
+                      columns=CALL_COLUMNS)
     return df.reset_index(drop=True)
 
 
@@ -348,9 +355,10 @@ def _watchdog_rows(logs: list, groups: dict[str, Group]) -> tuple[list[dict], li
                                   seq=int(r.seq), coll_seq=-1 if p2p else int(r.seq), op=op, peer=-1,
                                   numel_in=int(r.numel_in), numel_out=int(r.numel_out), sizes_in=str(int(r.numel_in)),
                                   sizes_out=str(int(r.numel_out)), dtype_in="", dtype_out="", done=0,
-                                  order=int(r.line), created_ns=-1, timeout_ms=int(r.timeout_ms), file=log.path,
+                                  order=int(r.line), created_ns=-1, timeout_ms=int(r.timeout_ms), ops_before=-1,
+                                  file=log.path,
                                   line=int(r.line),
-                                  text=str(r.message), frame=""))
+                                  text=str(r.message), frame="", stack=""))
             elif kind.startswith("last_"):
                 groups.setdefault(pg, Group(pg, desc=str(r.pg_desc or ""), source="watchdog", backend="nccl"))
                 s = st.setdefault((pg, rank), dict(group=pg, rank=rank, source="watchdog", coll_enqueued=-1,

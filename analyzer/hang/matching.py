@@ -19,6 +19,7 @@ from typing import Any
 import pandas as pd
 
 from analyzer.hang.inputs import HangInputs
+from analyzer.hang.p2p import period_next
 
 SIZE_FREE_IN = {"alltoall", "scatter"}
 SIZE_FREE_OUT = {"alltoall", "gather"}
@@ -144,7 +145,8 @@ def group_divergence(inp: HangInputs, key: str) -> Divergence | None:
             _left_the_loop(by_rank, s, d)
             return d
         first_op = next(iter(rows_at.values()))["op"].iloc[0]
-        if first_op == "alltoall" and len(rows_at) == n_members:
+        known = g.member_source in ("pg_config", "world", "nccl_init")  # observed members may be only some of them
+        if first_op == "alltoall" and known and len(rows_at) == n_members:
             ins, outs = _alltoall_totals(rows_at)
             if ins != outs and ins > 0 and outs > 0:
                 d = Divergence(kind="mismatched_size", group=key, seq=int(s), culprits=sorted(rows_at), tie=True,
@@ -217,38 +219,74 @@ def _aligned(a: list, b: list) -> bool:
     return k > 0 and a[:k] == b[:k]
 
 
-def _func(frame: str) -> str:
-    """The function name of a 'file:line name' frame ('' when unknown)."""
-    return frame.rsplit(" ", 1)[-1] if " " in frame else ""
+def user_stack(s: str) -> tuple[tuple[str, int], ...]:
+    """A ';'-joined user stack ('function:line', outermost first) as (function, line) pairs, module level dropped."""
+    out = []
+    for f in str(s).split(";"):
+        name, _, line = f.rpartition(":")
+        if not f or not name:
+            name, line = f, "-1"
+        if name and name not in ("<module>", "main"):
+            out.append((name, int(line) if line.lstrip("-").isdigit() else -1))
+    return tuple(out)
+
+
+def call_site_kind(mine: tuple, history: set[tuple]) -> str:
+    """Where a culprit's odd call came from, judged against the call sites of the group's recorded collectives.
+
+    With two or more distinct call sites, the functions all of them pass through are the training loop; the
+    innermost of those holds the loop, and its lines that lead to recorded collectives bound the loop body. A call
+    whose stack lacks a loop function, or leaves the loop function from a line past every recorded call's line,
+    was made after the loop ('left_loop': the rank ran out of batches or exited early); one from inside the body
+    through functions no recorded collective went through is an 'extra' collective; a known site gives ''.
+    """
+    history = {h for h in history if h}
+    names = {tuple(f for f, _ in h) for h in history}
+    if not mine or len(names) < 2:
+        return ""
+    loop = list(next(iter(names)))
+    for h in names:
+        k = 0
+        while k < min(len(loop), len(h)) and loop[k] == h[k]:
+            k += 1
+        loop = loop[:k]
+    mine_names = [f for f, _ in mine]
+    if not loop:
+        return ""
+    if mine_names[:len(loop)] != loop:
+        return "left_loop"
+    depth = len(loop) - 1
+    lines = [h[depth][1] for h in history if len(h) > depth and h[depth][1] >= 0]
+    at = mine[depth][1]
+    if lines and at > max(lines):
+        return "left_loop"
+    return "" if tuple(mine_names) in names else "extra"
 
 
 def _left_the_loop(by_rank: dict[int, pd.DataFrame], s: int, d: Divergence) -> None:
-    """A culprit whose call at seq s comes from a function that issued none of the group's earlier calls, while
-    the others' call comes from the usual one, has left the repeating code: it ran out of batches (or exited the
-    loop) and reached what follows it — a rank that never joined the collective the others wait in."""
-    if d.kind != "mismatched_op" or d.tie:
+    """A culprit whose odd call at seq s came from outside the loop the group's other calls come from never joined
+    the collective the others wait in (fewer batches, an early exit); one from a new site inside it issued an
+    extra collective."""
+    if d.kind != "mismatched_op" or d.tie or len(d.culprits) != 1:
         return
-    hist = {_func(f) for df in by_rank.values() for f in df.loc[df["seq"] < s, "frame"]} - {""}
-    here = {r: _func(str(df.loc[df["seq"] == s, "frame"].iloc[0])) for r, df in by_rank.items()
-            if (df["seq"] == s).any()}
-    odd = {here.get(r, "") for r in d.culprits}
-    usual = {f for r, f in here.items() if r not in d.culprits}
-    if hist and "" not in odd and not odd & hist and usual and usual <= hist:
-        frames = {r: str(by_rank[r].loc[by_rank[r]["seq"] == s, "frame"].iloc[0]) for r in d.culprits}
+    r = d.culprits[0]
+    hist = {user_stack(x) for df in by_rank.values() for x in df.loc[df["seq"] < s, "stack"]}
+    at = by_rank[r].loc[by_rank[r]["seq"] == s]
+    if at.empty:
+        return
+    kind = call_site_kind(user_stack(at["stack"].iloc[0]), hist)
+    frame = str(at["frame"].iloc[0])
+    theirs = sorted(set(d.ops[x] for x in d.present if x not in d.culprits))
+    if kind == "left_loop":
         d.kind = "missing_rank"
-        d.cause = (f"rank(s) {d.culprits} never joined the {sorted(set(d.ops[r] for r in d.present if r not in d.culprits))} "
-                   f"the others wait in at seq {s}: they called {[d.ops[r] for r in d.culprits]} from "
-                   + ", ".join(f"{f}" for f in frames.values()) + ", code that issued none of the group's earlier "
-                   "collectives, i.e. they left the repeating loop (fewer batches than the others, an early exit)")
-
-
-def _period_next(hist: list) -> object | None:
-    """The call a periodic history predicts next: smallest period P (≤ 64) whose last two cycles repeat."""
-    n = len(hist)
-    for p in range(1, min(64, n // 2) + 1):
-        if hist[n - p:] == hist[n - 2 * p:n - p]:
-            return hist[n - p]
-    return None
+        d.cause = (f"rank {r} never joined the {theirs} the others wait in at seq {s}: it called {d.ops[r]} from "
+                   f"{frame}, outside the loop every earlier collective of the group came from (it ran out of "
+                   "batches or left the loop early)")
+    elif kind == "extra":
+        d.kind = "extra_collective"
+        d.cause = (f"rank {r} issued an extra {d.ops[r]} at seq {s} from {frame}, a call site none of the group's "
+                   f"earlier collectives used, while the others issued {theirs} (a collective in a rank-dependent "
+                   "branch, e.g. a checkpoint barrier or logging on one rank)")
 
 
 def _history(df: pd.DataFrame, s: int) -> list:
@@ -271,7 +309,7 @@ def _refine_by_alignment(by_rank: dict[int, pd.DataFrame], s: int, d: Divergence
     if not ref or not all(bad):
         return
     if len(ref) == 1 and all(len(b) == 1 for b in bad):
-        nxt = _period_next(_history(by_rank[good[0]], s) + [ref[0]])
+        nxt = period_next(_history(by_rank[good[0]], s) + [ref[0]])
         if nxt is not None and all(b[0] == nxt for b in bad) and nxt != ref[0]:
             d.kind = "skipped_collective"
             d.cause = (f"rank(s) {d.culprits} skipped the {ref[0][0][0]} the others wait in: the call they issued "
@@ -291,3 +329,44 @@ def _refine_by_alignment(by_rank: dict[int, pd.DataFrame], s: int, d: Divergence
         d.kind = "skipped_collective"
         d.cause = (f"rank(s) {d.culprits} skipped the {ref[0][0][0]} the others issued and moved on to the next "
                    "ones (a conditional collective, or an uneven number of buckets/batches)")
+
+
+LATE_FRACTION = 0.5  # arriving this share of the collective's timeout after the others is a stall, not noise
+
+
+def late_arrivals(inp: HangInputs, skip: set[str] = frozenset()) -> list[Divergence]:
+    """Groups whose members all issued their last collective, one of them long after the others.
+
+    Entries carry `time_created_ns` (wall clock) and `timeout_ms`. At the last seq a group's members all reached,
+    a member created more than half the timeout after the median of the others arrived after they had given up:
+    it stalled before the collective (a rank of two members is late against the other one).
+    """
+    out = []
+    c = inp.calls[(inp.calls["kind"] == "coll") & (inp.calls["created_ns"] > 0)
+                  & (inp.calls["source"] == "flight_recorder")]
+    if c.empty:
+        return out
+    timeouts = {str(g): float(v) * 1e6 for g, v in
+                c[c["timeout_ms"] > 0].groupby("group")["timeout_ms"].median().items()}
+    for g, df in c.groupby("group"):
+        members = inp.groups[g].members if g in inp.groups else None
+        last = df.groupby("rank")["seq"].max()
+        if g in skip or not members or len(last) < 2 or set(last.index) != set(members) or last.nunique() != 1:
+            continue
+        s = int(last.iloc[0])
+        at = df[df["seq"] == s].groupby("rank")["created_ns"].min()
+        limit = LATE_FRACTION * timeouts.get(g, 0)
+        if limit <= 0:
+            continue
+        late = [int(r) for r, t in at.items() if t - at.drop(r).median() > limit]
+        if not late or len(late) * 2 > len(at) or (len(late) * 2 == len(at) and len(at) > 2):
+            continue
+        delay = {r: (int(at[r]) - int(at.drop(r).median())) / 1e9 for r in late}
+        rows = df[df["seq"] == s]
+        ev = [dict(file=x.file, line=None, text=str(x.text), rank=int(x.rank)) for x in rows.itertuples(index=False)]
+        cause = "; ".join(f"rank {r} issued seq {s} {delay[r]:.1f} s after the others (their timeout: "
+                          f"{timeouts[g] / 1e9:.1f} s): it stalled before the collective and arrived after they had "
+                          "given up" for r in late)
+        out.append(Divergence(kind="lagging_rank", group=str(g), seq=s, culprits=sorted(late), tie=False,
+                              present=sorted(int(r) for r in at.index), rows=ev, cause=cause))
+    return out

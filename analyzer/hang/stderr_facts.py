@@ -32,10 +32,16 @@ DIST_EXC = re.compile(r"(?:^|\.)(?:DistBackendError|DistError|DistNetworkError|D
                       r"BrokenPipeError|KeyboardInterrupt|SystemExit)$")
 GLOO_TEXT = re.compile(r"gloo[/:]|ProcessGroupGloo|c10d|ProcessGroupNCCL|NCCL communicator")
 CONSEQUENCE_TEXT = re.compile(r"[Tt]imed out|[Tt]imeout|[Cc]onnection (?:closed|reset|refused)|by peer|"
+                              r"Detected mismatch between collectives|"
                               r"remote process exited|[Ss]ignal 15|SIGTERM|Broken pipe|NCCL communicator was aborted|"
                               r"[Ww]atchdog|monitoredBarrier|failed to pass")
 ORIGIN_TEXT = re.compile(r"Received data size doesn't match|invalid tensor size|out of memory|illegal memory|"
                          r"device-side assert|CUDA error|ECC|Xid")
+P2P_APIS = {"send", "recv", "isend", "irecv", "batch_isend_irecv", "_coalescing_manager", "P2POp"}
+COLLECTIVE_APIS = {"all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor",
+                   "broadcast", "reduce", "all_to_all", "all_to_all_single", "barrier", "gather", "scatter",
+                   "all_reduce_coalesced", "monitored_barrier", "_all_gather_base", "_reduce_scatter_base",
+                   "all_gather_object", "broadcast_object_list", "gather_object", "scatter_object_list"}
 SIGNAL_NAMES = {6: "SIGABRT", 9: "SIGKILL", 11: "SIGSEGV", 7: "SIGBUS", 8: "SIGFPE", 4: "SIGILL", 15: "SIGTERM",
                 1: "SIGHUP", 2: "SIGINT"}
 SIGNALS_ORIGIN = {"SIGABRT", "SIGKILL", "SIGSEGV", "SIGBUS", "SIGFPE", "SIGILL"}
@@ -56,6 +62,18 @@ class RankFailure:
     timed_out: bool = False
     root_cause_by_launcher: bool = False
     evidence: list[tuple[str, int | None, str]] = field(default_factory=list)
+    blocked_in: str = ""                  # the API its fatal wait was in: all_reduce, recv, send, wait, ...
+    stack: str = ""                       # user-code functions of its fatal traceback, outermost first
+    p2p_direction: str = ""               # 'send' / 'recv' when a timeout says which kind of transfer hung
+
+    @property
+    def blocked_in_p2p(self) -> bool:
+        """Its timeout happened in a send/recv: a torch P2P API, or a user-code wait on isend/irecv work."""
+        if not self.timed_out:
+            return False
+        if self.blocked_in in P2P_APIS:
+            return True
+        return bool(self.p2p_direction) and self.blocked_in not in COLLECTIVE_APIS
 
 
 @dataclass
@@ -171,11 +189,15 @@ def stderr_facts(logs: list) -> StderrFacts:
             if _is_origin(kind, exc, text, reason):
                 if f.origin is None:
                     f.origin = item
+                elif kind in ORIGIN_KINDS and f.origin.get("kind") in ("exception", "signal"):
+                    f.origin = dict(item, order=f.origin.get("order", order))  # the specific line beats the generic
                 f.evidence.append((path, line, text))
             else:
                 f.consequences.append(item)
                 if "timeout" in kind or re.search(r"[Tt]imed? ?out", text):
                     f.timed_out = True
+                if kind in ("send_timeout", "recv_timeout") and not f.p2p_direction:
+                    f.p2p_direction = kind.split("_")[0]
                 if item["peer"] >= 0 and item["peer"] != r:
                     f.peers.append(item["peer"])
         _failure_table(out, getattr(log, "failures", None), path, order)
@@ -233,6 +255,8 @@ def _traceback(out: StderrFacts, r: int, x: dict, path: str, line: int | None, o
         return
     f = out.rank(r)
     exc, msg = _s(x.get("exc_type")), _s(x.get("message"))
+    f.blocked_in = f.blocked_in or _s(x.get("inner_func"))
+    f.stack = f.stack or _s(x.get("user_stack"))
     where = ""
     if _s(x.get("user_file")):
         where = f"{x['user_file']}:{_i(x.get('user_line'))} {_s(x.get('user_func'))}".strip()

@@ -13,12 +13,14 @@ Every other blocked rank is a consequence: its wait is listed in `explains` of t
 """
 from __future__ import annotations
 
+import re
 from collections import Counter
 
 import pandas as pd
 
 from analyzer.hang.diagnosis import FIX, HangDiagnosis
 from analyzer.hang.inputs import HangInputs
+from analyzer.hang import p2p
 from analyzer.hang.matching import Divergence
 from analyzer.hang.stderr_facts import StderrFacts
 from analyzer.hang.waits import RankStates, cycles, reachable_roots
@@ -84,6 +86,12 @@ def _failure_evidence(facts: StderrFacts, ranks: list[int]) -> list[tuple]:
         if f is not None:
             out.extend(f.evidence[:3])
     return out
+
+
+def _failed_itself(facts: StderrFacts, r: int) -> bool:
+    """stderr shows the rank's own failure: an origin line, or a death other than the launcher's SIGTERM."""
+    f = facts.ranks.get(r)
+    return bool(f and (f.origin or (f.died and "SIGTERM" not in f.how and f.how)))
 
 
 def _size_abort(facts: StderrFacts, r: int) -> bool:
@@ -161,8 +169,12 @@ def _best_group(inp: HangInputs, st: RankStates, edges: pd.DataFrame, culprits: 
     work stopped (largest completion gap); otherwise where most ranks wait directly on the culprits."""
     direct = edges[edges["target"].isin(culprits)] if len(edges) else edges
     if len(direct) and kind != "device_stalled":
-        top = direct.groupby(["group", "seq", "op"]).agg(n=("waiter", "nunique"), m=("target", "nunique"))
-        top = top.reset_index().sort_values(["m", "n", "seq"], ascending=[False, False, True])
+        # the wait that began first (earliest-created blocking call) is the first collective the culprits missed
+        t0 = direct["created_ns"].where(direct["created_ns"] > 0)
+        top = direct.assign(t0=t0).groupby(["group", "seq", "op"]).agg(
+            n=("waiter", "nunique"), m=("target", "nunique"), t0=("t0", "min"))
+        top = top.reset_index().sort_values(["m", "t0", "n", "seq"], ascending=[False, True, False, True],
+                                            na_position="last")
         covering = top[top["m"] == len(set(culprits))]
         row = (covering if len(covering) else top).iloc[0]
         return str(row["group"]), int(row["seq"]), str(row["op"])
@@ -243,7 +255,9 @@ def _cycle_diag(inp: HangInputs, st: RankStates, edges: pd.DataFrame, comp: list
     if len(groups) >= 2:
         odd, tie = _order_outlier(inp, st, comp)
         culprits = odd if not tie else comp
-        awaited = e[e["target"].isin(culprits)].sort_values("seq")  # where the others wait for the culprit
+        awaited = e[e["target"].isin(culprits)]  # where the others wait for the culprit: the earliest wait first
+        awaited = awaited.assign(t0=awaited["created_ns"].where(awaited["created_ns"] > 0)).sort_values(
+            ["t0", "seq"], na_position="last")
         g, s, op = (str(awaited.iloc[0]["group"]), int(awaited.iloc[0]["seq"]), str(awaited.iloc[0]["op"])) \
             if len(awaited) else (st.blocked[culprits[0]].group, st.blocked[culprits[0]].seq,
                                   st.blocked[culprits[0]].op)
@@ -268,8 +282,9 @@ def _cycle_diag(inp: HangInputs, st: RankStates, edges: pd.DataFrame, comp: list
 def _order_outlier(inp: HangInputs, st: RankStates, comp: list[int]) -> tuple[list[int], bool]:
     """The rank(s) of a cross-group cycle whose blocking call breaks the group order of their own history.
 
-    For each rank, the group that normally follows its previous call's group (most common successor in its
-    recorded calls) is what it should have entered; a rank that entered another group differs.
+    Each rank's recorded collectives repeat with the step (a period of groups: TP, TP, DP, ...); the group the
+    period puts next (without a clean period: the group that most often followed its last one) is the one it
+    should have entered. A rank that entered another group differs.
     """
     odd = []
     for r in comp:
@@ -280,13 +295,12 @@ def _order_outlier(inp: HangInputs, st: RankStates, comp: list[int]) -> tuple[li
         pos = c.index[(c["group"] == b.group) & (c["seq"] == b.seq)]
         if not len(pos):
             continue
-        i = c.index.get_loc(pos[0])
-        hist = list(c["group"].iloc[:i])
-        if len(hist) < 2:
-            continue
-        prev = hist[-1]
-        succ = Counter(hist[k + 1] for k in range(len(hist) - 1) if hist[k] == prev)
-        if succ and succ.most_common(1)[0][0] != b.group:
+        hist = list(c["group"].iloc[:c.index.get_loc(pos[0])])
+        nxt = p2p.period_next(hist)
+        if nxt is None and len(hist) >= 2:  # no clean period: the group that most often followed the last one
+            succ = Counter(hist[k + 1] for k in range(len(hist) - 1) if hist[k] == hist[-1])
+            nxt = succ.most_common(1)[0][0] if succ else None
+        if nxt is not None and nxt != b.group:
             odd.append(r)
     if odd and len(odd) < len(comp):
         return sorted(odd), False
@@ -308,13 +322,19 @@ def _p2p_root(inp: HangInputs, st: RankStates, r: int) -> HangDiagnosis | None:
 
 
 def build(inp: HangInputs, st: RankStates, edges: pd.DataFrame, divs: list[Divergence],
-          facts: StderrFacts) -> tuple[list[HangDiagnosis], dict[int, str]]:
+          facts: StderrFacts, lates: list[Divergence] = ()) -> tuple[list[HangDiagnosis], dict[int, str]]:
     """Ranked root diagnoses and the reason each rank without a dump has none (module docstring)."""
     diags: list[HangDiagnosis] = []
     claimed: set[int] = set()
     world = set(inp.world) | set(facts.ranks)
     no_dump = _no_dump_reasons(inp, facts, world)
-    # 1-2: mismatches at a shared sequence number, ties broken only by a suspect's own error
+    if facts.rendezvous and not inp.dumps and not any(f.timed_out for f in facts.ranks.values()):
+        diags.append(_rendezvous(facts))
+    # 1-2: mismatches at a shared sequence number, ties broken only by a suspect's own error; the debug wrapper's
+    # own comparison (TORCH_DISTRIBUTED_DEBUG=DETAIL) when no dump shows it
+    if not divs and (x := _detail_mismatch(inp, facts)) is not None:
+        diags.append(x)
+        claimed |= set(x.culprit_ranks)
     div_groups = {d.group: d for d in divs}
     for d in divs:
         x = from_divergence(inp, d, facts)
@@ -328,13 +348,16 @@ def build(inp: HangInputs, st: RankStates, edges: pd.DataFrame, divs: list[Diver
     by_kind: dict[str, list[int]] = {}
     for r in origins:
         by_kind.setdefault(_origin_kind(facts.ranks[r].origin), []).append(r)
+    claimed |= explained
     for kind, ranks in by_kind.items():
         o = facts.ranks[ranks[0]].origin
         cause = (f"rank(s) {ranks} failed first: " + "; ".join(
             f"rank {r}: {facts.ranks[r].origin['text'][:240]}" for r in ranks[:4]))
         if any(r not in inp.dumps for r in ranks) and inp.dumps:
             cause += " (it left no Flight Recorder dump)"
-        diags.append(_root(inp, st, edges, kind, ranks, cause, 0.9 if o["kind"] != "signal" else 0.8, facts))
+        x = _root(inp, st, edges, kind, ranks, cause, 0.9 if o["kind"] != "signal" else 0.8, facts)
+        _refine_by_call_site(inp, st, edges, facts, x)
+        diags.append(x)
         claimed |= set(ranks)
     # 3: ranks that wait for each other
     for comp in cycles(edges):
@@ -356,16 +379,33 @@ def build(inp: HangInputs, st: RankStates, edges: pd.DataFrame, divs: list[Diver
                            "their own work stopped completing though their peers finished the same collectives: "
                            + cause, conf, facts))
         claimed |= set(stalled)
+    # send/recv that no dump records (gloo): a rank that broke its own P2P pattern, or ranks that died in a P2P
+    blocked_p2p = p2p.blocked_directions(facts)
+    for x in _p2p_roots(inp, facts, blocked_p2p, claimed):
+        diags.append(x)
+        claimed |= set(x.culprit_ranks)
+        extra = [dict(waiter=r, target=c, group=x.process_group, seq=-1, kind="p2p", op=blocked_p2p.get(r, ""),
+                      absent=False, unknown=False, created_ns=-1)
+                 for r in blocked_p2p if r not in x.culprit_ranks for c in x.culprit_ranks]
+        if extra:
+            edges = pd.concat([edges, pd.DataFrame(extra, columns=edges.columns)], ignore_index=True)
+    claimed |= {r for r in blocked_p2p if any(r in (d.culprit_ranks + d.waiting_ranks) for d in diags)}
     # late arrivals: everyone issued the call, but one rank only after the others' timeout had run out
-    for d in _late_arrivals(inp, claimed):
+    for la in lates:
+        if set(la.culprits) & claimed:
+            continue
+        d = HangDiagnosis(kind="lagging_rank", process_group=la.group, pg_desc=_desc(inp, la.group), seq=la.seq,
+                          op=_op_at(inp, la.group, la.seq), culprit_ranks=la.culprits, waiting_ranks=[],
+                          confidence=0.8, source="flight_recorder", cause=la.cause,
+                          evidence=[_ev_row(r) for r in la.rows])
+        d.waiting_ranks = sorted(set(la.present) - set(la.culprits))
         diags.append(d)
         claimed |= set(d.culprit_ranks)
     # 5-6: heads of chains that are not blocked themselves
-    heads = _heads(edges, st, claimed)
+    heads = _heads(edges, st, claimed | set(blocked_p2p))
     for kind, ranks in heads.items():
         conf = {"lagging_rank": 0.75, "missing_rank": 0.75, "crashed_rank": 0.6, "unknown_rank": 0.45}[kind]
-        silent = [r for r in ranks if kind == "crashed_rank" and r in facts.seen
-                  and not (facts.ranks.get(r) and (facts.ranks[r].died or facts.ranks[r].origin))]
+        silent = [r for r in ranks if kind == "crashed_rank" and r in facts.seen and not _failed_itself(facts, r)]
         if silent and len(silent) == len(ranks):
             kind, conf = "missing_rank", 0.7
             cause = (f"rank(s) {ranks} left no dump, and their own output shows no error and no death: they never "
@@ -393,6 +433,8 @@ def build(inp: HangInputs, st: RankStates, edges: pd.DataFrame, divs: list[Diver
         if r not in claimed and (p := _p2p_root(inp, st, r)) is not None:
             diags.append(p)
             claimed |= set(p.culprit_ranks)
+    if not diags:
+        diags.extend(_silent_members(inp, facts, blocked_p2p))
     if not diags:
         diags.extend(_timeouts_only(inp, facts))
     inp.warnings.extend(_quiet_absent(inp, st, edges))
@@ -435,51 +477,138 @@ def _quiet_absent(inp: HangInputs, st: RankStates, edges: pd.DataFrame) -> list[
     return out
 
 
-LATE_FRACTION = 0.5  # arriving this share of the collective's timeout after the others is a stall, not noise
+def _refine_by_call_site(inp: HangInputs, st: RankStates, edges: pd.DataFrame, facts: StderrFacts,
+                         d: HangDiagnosis) -> None:
+    """For a culprit known only from its traceback (no dump): was its fatal collective an extra one, or made
+    after it left the loop the others are in? Its call stack against the group's recorded call sites."""
+    if len(d.culprit_ranks) != 1 or d.kind not in ("mismatched_size", "crashed_rank") or not d.process_group:
+        return
+    from analyzer.hang.matching import call_site_kind, user_stack
+    from analyzer.hang.stderr_facts import COLLECTIVE_APIS
+    r = d.culprit_ranks[0]
+    if r not in facts.ranks or facts.ranks[r].blocked_in not in COLLECTIVE_APIS:
+        return  # its traceback is not a collective call (an exception in its own code), or it has none
+    c = inp.calls[(inp.calls["group"] == d.process_group) & (inp.calls["kind"] == "coll")]
+    kind = call_site_kind(user_stack(facts.ranks[r].stack), {user_stack(x) for x in c["stack"]})
+    if kind == "left_loop":
+        d.kind = "missing_rank"
+        d.cause = (f"rank {r}'s last collective came from outside the loop every recorded collective of the group "
+                   "came from (it ran out of batches or left early), so it never joined the one the others wait in; "
+                   + d.cause)
+    elif kind == "extra":
+        d.kind = "extra_collective"
+        d.cause = (f"rank {r} issued a collective from a call site the others never used (a collective in a "
+                   "rank-dependent branch); " + d.cause)
 
 
-def _late_arrivals(inp: HangInputs, claimed: set[int]) -> list[HangDiagnosis]:
-    """Groups whose members all issued their last collective, one of them long after the others.
+def _rendezvous(facts: StderrFacts) -> HangDiagnosis:
+    """The job never formed: a port in use, a store that could not be reached, a rendezvous that timed out."""
+    first = facts.rendezvous[0]
+    kinds = sorted({x["kind"] for x in facts.rendezvous})
+    what = {"rendezvous_eaddrinuse": "the rendezvous port was already in use (EADDRINUSE)",
+            "rendezvous_refused": "the ranks could not connect to the rendezvous store (MASTER_ADDR:MASTER_PORT "
+                                  "refused or timed out)",
+            "store_timeout": "the rendezvous store timed out before every rank joined"}
+    return HangDiagnosis(kind="rendezvous_failure", process_group="", pg_desc="", seq=None, op="",
+                         culprit_ranks=[], waiting_ranks=[], confidence=0.9, source="stderr",
+                         cause="; ".join(what.get(k, k) for k in kinds) + (f" ({first['peer']})" if first.get("peer", -1)
+                                                                            not in (-1, "") else ""),
+                         evidence=[(x["file"], x["line"], x["text"]) for x in facts.rendezvous[:4]])
 
-    Entries carry `time_created_ns` (wall clock) and `timeout_ms`. At the last seq a group's members all reached,
-    a member created more than half the timeout after the median of the others arrived after they had given up:
-    it stalled before the collective. Ranks already explained by an earlier root are skipped.
-    """
+
+_ASPECT = {"Op type": "mismatched_op", "Tensor shape": "mismatched_size", "Tensor dtype": "mismatched_dtype"}
+
+
+def _detail_mismatch(inp: HangInputs, facts: StderrFacts) -> HangDiagnosis | None:
+    """TORCH_DISTRIBUTED_DEBUG=DETAIL reports 'Rank A is running X, but Rank B is running Y' on each rank: the op
+    every report gives each rank, then a majority (the fingerprint numbers collectives from 0, dumps from 1)."""
+    reps = facts.mismatch_reports
+    if not reps:
+        return None
+    ops: dict[int, str] = {}
+    kind = "mismatched_op"
+    for x in reps:
+        r, peer = int(x.get("rank", -1)), int(x.get("peer", -1))
+        m = re.search(r"(Op type|Tensor shape|Tensor dtype)s?:\s*(\S+?)\s*vs\s*(\S+)", x.get("reason", ""), re.I)
+        if m:
+            kind = _ASPECT.get(m.group(1).capitalize(), kind)
+        if r >= 0 and x.get("op"):
+            ops.setdefault(r, str(x["op"]).lower())
+        if peer >= 0 and m:
+            ops.setdefault(peer, m.group(3).lower())
+    if len(ops) < 2:
+        return None
+    from analyzer.hang.matching import majority
+    _, odd, tie = majority(ops)
+    seq = max((int(x.get("seq", -1)) for x in reps), default=-1)
+    return HangDiagnosis(kind=kind, process_group="", pg_desc="", seq=seq + 1 if seq >= 0 else None,
+                         op=Counter(ops.values()).most_common(1)[0][0], culprit_ranks=odd, waiting_ranks=[],
+                         ops=ops, tie=tie, confidence=0.45 if tie else 0.85, source="stderr",
+                         cause=("the debug wrapper (TORCH_DISTRIBUTED_DEBUG=DETAIL) compared the ranks' calls: "
+                                + ", ".join(f"rank {r}: {o}" for r, o in sorted(ops.items()))),
+                         evidence=[(x["file"], x["line"], x["text"][:400]) for x in reps[:3]])
+
+
+def _p2p_roots(inp: HangInputs, facts: StderrFacts, blocked: dict[int, str], claimed: set[int]
+               ) -> list[HangDiagnosis]:
+    """P2P roots the dumps cannot show: a gloo rank whose unrecorded-op count broke its pattern (it left a send or
+    recv out), else the ranks that died waiting in a send and a recv (a stuck pair: wrong tag or peer)."""
+    anoms = [a for a in p2p.gloo_anomalies(inp) if a.rank not in claimed]
+    senders, receivers = p2p.senders_receivers(blocked)
     out = []
-    c = inp.calls[(inp.calls["kind"] == "coll") & (inp.calls["created_ns"] > 0) & (inp.calls["source"] == "flight_recorder")]
-    if c.empty:
-        return out
-    timeouts = _timeout_ns(inp)
-    for g, df in c.groupby("group"):
-        members = inp.groups[g].members if g in inp.groups else None
-        last = df.groupby("rank")["seq"].max()
-        if not members or len(last) < 2 or set(last.index) != set(members) or last.nunique() != 1:
-            continue
-        s = int(last.iloc[0])
-        at = df[df["seq"] == s].groupby("rank")["created_ns"].min()
-        limit = LATE_FRACTION * timeouts.get(g, 0)
-        if limit <= 0:
-            continue
-        late = [int(r) for r, t in at.items() if t - at.drop(r).median() > limit and int(r) not in claimed]
-        if not late or len(late) * 2 >= len(at):
-            continue
-        delay = {r: (int(at[r]) - int(at.drop(r).median())) / 1e9 for r in late}
-        d = HangDiagnosis(kind="lagging_rank", process_group=str(g), pg_desc=_desc(inp, g), seq=s,
-                          op=_op_at(inp, g, s), culprit_ranks=late, waiting_ranks=[], confidence=0.8,
-                          source="flight_recorder",
-                          cause="; ".join(f"rank {r} issued seq {s} {delay[r]:.1f} s after the others (their "
-                                          f"timeout: {timeouts[g] / 1e9:.1f} s): it stalled before the collective "
-                                          "and arrived after they had given up" for r in late))
-        d.evidence.extend(_calls_at(inp, g, s, sorted(at.index)))
-        d.waiting_ranks = sorted(set(int(r) for r in at.index) - set(late))
-        out.append(d)
+    if anoms:
+        culprits = sorted({a.rank for a in anoms})
+        a = anoms[0]
+        fewer = a.issued < a.usual
+        partner = [r for r in (senders if fewer else receivers) if r not in culprits]
+        src, dst = (partner[0], a.rank) if fewer and len(partner) == 1 else \
+            ((a.rank, partner[0]) if len(partner) == 1 else (None, None))
+        cause = "; ".join(f"rank {x.rank} issued {x.issued} send/recv op(s) before collective #{x.seq} of group "
+                          f"{x.group} where its own repeating pattern issues {x.usual}" for x in anoms)
+        cause += (": it left a send/recv out (or added one), so its peer's transfer never matched"
+                  + (f" — the stuck pair is {p2p.pair_text(src, dst)}" if src is not None else ""))
+        ev = [(str(r.file), None, str(r.text)) for r in inp.calls[
+            (inp.calls["rank"].isin(culprits)) & (inp.calls["group"] == a.group) & (inp.calls["seq"] == a.seq)
+            & (inp.calls["kind"] == "coll")].itertuples(index=False)]
+        out.append(HangDiagnosis(kind="p2p_mismatch", process_group=a.group, pg_desc=_desc(inp, a.group), seq=None,
+                                 op="send/recv", culprit_ranks=culprits, waiting_ranks=[], confidence=0.75,
+                                 source="flight_recorder", p2p={"src": src, "dst": dst, "tag": None}, cause=cause,
+                                 evidence=ev + _failure_evidence(facts, [r for r in (src, dst) if r is not None])))
+    elif senders and receivers and not (set(senders) | set(receivers)) & claimed:
+        src = senders[0] if len(senders) == 1 else None
+        dst = receivers[0] if len(receivers) == 1 else None
+        pair = sorted(set(senders) | set(receivers))
+        out.append(HangDiagnosis(
+            kind="stuck_p2p", process_group="", pg_desc="", seq=None, op="send/recv", culprit_ranks=pair,
+            waiting_ranks=[], tie=True, confidence=0.45, source="stderr", p2p={"src": src, "dst": dst, "tag": None},
+            cause=(f"rank(s) {senders} died waiting in a send and rank(s) {receivers} in a recv, with no other failure: "
+                   f"the transfer {p2p.pair_text(src, dst)} never matched (a wrong tag or peer on one side; the "
+                   "evidence does not say which)" if src is not None and dst is not None else
+                   f"rank(s) {senders} died waiting in sends and {receivers} in receives, with no other failure"),
+            evidence=_failure_evidence(facts, pair)))
     return out
 
 
-def _timeout_ns(inp: HangInputs) -> dict[str, float]:
-    """Per group, the collective timeout its calls carry (median, ns; groups without one are left out)."""
-    c = inp.calls[inp.calls["timeout_ms"] > 0]
-    return {str(g): float(v) * 1e6 for g, v in c.groupby("group")["timeout_ms"].median().items()}
+def _silent_members(inp: HangInputs, facts: StderrFacts, blocked_p2p: dict[int, str]) -> list[HangDiagnosis]:
+    """Without dumps: some ranks timed out in collectives while the others of the world neither timed out nor
+    failed (they were still running, or killed by the launcher): the silent ones are whom the others waited for."""
+    timed = {r for r, f in facts.ranks.items() if f.timed_out and r not in blocked_p2p}
+    world = set(inp.world) | facts.seen | set(facts.ranks)
+    if inp.dumps or not timed or not world:
+        return []
+    silent = sorted(r for r in world - timed - set(blocked_p2p) if not _failed_itself(facts, r))
+    if not silent or len(silent) * 2 > len(world):
+        return []
+    apis = sorted({facts.ranks[r].blocked_in for r in timed if facts.ranks[r].blocked_in})
+    ev = _failure_evidence(facts, silent)
+    for r in sorted(timed)[:3]:
+        ev.extend((c["file"], c["line"], c["text"]) for c in facts.ranks[r].consequences[:1])
+    return [HangDiagnosis(
+        kind="lagging_rank", process_group="", pg_desc="", seq=None, op=apis[0] if len(apis) == 1 else "",
+        culprit_ranks=silent, waiting_ranks=sorted(timed), confidence=0.65, source="stderr", evidence=ev,
+        cause=(f"rank(s) {sorted(timed)} timed out waiting in {', '.join(apis) or 'collectives'} while rank(s) "
+               f"{silent} neither timed out nor failed (they were still running until the launcher stopped them): "
+               "the others waited for them"))]
 
 
 def _timeouts_only(inp: HangInputs, facts: StderrFacts) -> list[HangDiagnosis]:

@@ -95,8 +95,13 @@ def _blocking_row(rows: pd.DataFrame) -> pd.Series | None:
     return None  # everything it issued completed
 
 
-def rank_states(inp: HangInputs) -> RankStates:
-    """Blocking point and wait targets of every rank with data (see the module docstring)."""
+def rank_states(inp: HangInputs, explained: dict[tuple[str, int], list[int]] | None = None) -> RankStates:
+    """Blocking point and wait targets of every rank with data (see the module docstring).
+
+    `explained` maps a (group, seq) where the members' calls diverge (mismatch, late arrival) to its culprits: a
+    rank blocked there waits for them, even though everyone issued that seq.
+    """
+    explained = explained or {}
     st = RankStates()
     st.enqueued, st.completed = _progress_maps(inp)
     calls = inp.calls.sort_values(["rank", "order"], kind="stable")
@@ -115,6 +120,13 @@ def rank_states(inp: HangInputs) -> RankStates:
         if row is None:
             st.idle.add(r)
             continue
+        key = (str(row["group"]), int(row["seq"]))
+        if row["kind"] == "coll" and key in explained:
+            b = Blocked(rank=r, group=key[0], kind="coll", seq=key[1], op=str(row["op"]), peer=-1,
+                        targets=[c for c in explained[key] if c != r], absent=[], row=row.to_dict())
+            if b.targets:
+                st.blocked[r] = b
+                continue
         b = _targets(inp, st, r, row, by_rank)
         if b.targets or b.stuck_pair >= 0 or r in st.device_stalled:
             st.blocked[r] = b
@@ -168,8 +180,10 @@ def _targets(inp: HangInputs, st: RankStates, r: int, row: pd.Series, by_rank: d
 def wait_edges(st: RankStates) -> pd.DataFrame:
     """waiter → target rows (group, seq, kind) from the blocking points."""
     rows = [dict(waiter=b.rank, target=t, group=b.group, seq=b.seq, kind=b.kind, op=b.op, absent=t in b.absent,
-                 unknown=t in b.unknown) for b in st.blocked.values() for t in b.targets]
-    return pd.DataFrame(rows, columns=["waiter", "target", "group", "seq", "kind", "op", "absent", "unknown"])
+                 unknown=t in b.unknown, created_ns=int(b.row.get("created_ns", -1) or -1))
+            for b in st.blocked.values() for t in b.targets]
+    return pd.DataFrame(rows, columns=["waiter", "target", "group", "seq", "kind", "op", "absent", "unknown",
+                                       "created_ns"])
 
 
 def reachable_roots(edges: pd.DataFrame, start: int) -> set[int]:
