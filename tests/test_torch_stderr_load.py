@@ -56,7 +56,13 @@ def test_traces_logs_and_dumps_are_not_claimed():
         by_kind.setdefault(f.kind, []).append(Path(f.path))
     assert len(by_kind[KINETO]) > 100 and len(by_kind[FR_DUMP]) > 50 and len(by_kind[NCCL_LOG]) > 100
     outside = sorted(str(p.relative_to(FIX)) for p in by_kind[STDERR] if STD not in p.parents)
-    # the only stderr outside fixtures/stderr: the per-rank stderr and torchrun logs of the real hangs and the
+    # the failure test bed (its own integrity test: test_failure_fixtures.py) holds real torchrun logs, torchrun's
+    # per-rank stderr files and fr_trace's saved output, whose crash tracebacks are claimed as stderr too
+    bed = [p for p in outside if p.startswith("real-cpu-failures/")]
+    assert all(p.endswith(("/torchrun.log", "/stderr.log", "/fr_trace_output.txt",
+                           "/fr_trace_output_with_pg_config.txt")) for p in bed), bed
+    outside = [p for p in outside if p not in bed]
+    # the only other stderr outside fixtures/stderr: the per-rank stderr and torchrun logs of the real hangs and the
     # simulator's crashed-rank log, which earlier were skipped as "text without NCCL or watchdog lines"
     assert all(p.startswith("real-cpu-hang/") and p.endswith((".stderr", "torchrun.log")) or
                p == "sim/hang_crashed_rank/stderr_rank7.log" for p in outside), outside
