@@ -51,7 +51,7 @@ def _diag_finding(d: dict, ctx_no_dump: dict | None = None) -> Finding:
     if d.get("cause"):
         ev.append(Evidence(str(d["cause"])))
     for r, why in sorted((ctx_no_dump or {}).items(), key=lambda kv: int(kv[0])):
-        if int(r) in culprits and why not in str(d.get("cause") or ""):
+        if int(r) in culprits and why.split(": ", 1)[-1][:60] not in str(d.get("cause") or ""):
             ev.append(Evidence(f"rank {r} has no Flight Recorder dump: {why}"))
     if waiting:
         ev.append(Evidence(f"{ranks_text(waiting)} wait in {where}"))

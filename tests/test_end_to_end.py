@@ -64,7 +64,7 @@ def test_crashed_rank_evidence_quotes_its_own_stderr(capsys):
     out = capsys.readouterr().out
     assert out.startswith("analyze ") and "no profiler traces; 2 Flight Recorder dump(s)" in out.splitlines()[0]
     lines = out.splitlines()
-    first = next(i for i, ln in enumerate(lines) if ln.startswith(" 1. ERROR HANG002 Rank 1 crashed"))
+    first = next(i for i, ln in enumerate(lines) if ln.startswith(" 1. ERROR HANG001 Rank 1 passed a different element count"))
     evidence = "\n".join(lines[first + 1:first + 5])
     assert "Received data size doesn't match" in evidence and "rank1.stderr:2" in evidence
 

@@ -12,7 +12,8 @@ ROOT = Path(__file__).resolve().parents[1] / "fixtures"
 BED = ROOT / "real-cpu-failures"
 NVRX = ROOT / "corpus" / "nvrx-fr-moe16"
 KINDS = {"mismatched_op", "mismatched_size", "mismatched_dtype", "extra_collective", "skipped_collective",
-         "missing_rank", "lagging_rank", "crashed_rank", "order_inversion", "p2p_mismatch", "rendezvous_failure"}
+         "missing_rank", "lagging_rank", "crashed_rank", "order_inversion", "p2p_mismatch", "rendezvous_failure",
+         "device_stalled"}  # the last only in the GPU corpus sets
 OUTCOMES = {"hang_timeout", "crash", "finished_wrong_results", "rendezvous_failure"}
 BED_CASES = sorted(p.parent for p in BED.glob("*/expected.json"))
 NVRX_CASES = sorted(p.parent for p in NVRX.glob("*/expected.json"))
@@ -32,7 +33,7 @@ def test_the_bed_is_big_and_varied_enough():
     assert len(BED_CASES) >= 28
     docs = [_load(c) for c in BED_CASES]
     kinds = {f["kind"] for d in docs for f in d["faults"]}
-    assert kinds == KINDS
+    assert kinds == KINDS - {"device_stalled"}
     assert {d["world_size"] for d in docs} >= set(range(2, 9)) - {7}
     assert {d["dump_format"] for d in docs} == {"pickle", "json", "none"}
     held = [d for d in docs if d["held_out"]]
@@ -106,7 +107,7 @@ def test_every_rank_has_a_dump_or_a_reason(case):
     assert not dumped & missing
     assert dumped | missing == set(range(d["world_size"]))
     if d["dumps"] and d["backend"] == "gloo":
-        assert (case / "fr_trace_output.txt").read_text().startswith("$ python -m torch.distributed.flight_recorder")
+        assert (case / "fr_trace_output.md").read_text().startswith("$ python -m torch.distributed.flight_recorder")
 
 
 @pytest.mark.parametrize("case", BED_CASES, ids=lambda p: p.name)

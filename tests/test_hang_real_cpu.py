@@ -8,6 +8,7 @@ import pytest
 
 from analyzer.hang.analysis import analyze_hang
 from parsers.flight_recorder import load_dump
+from parsers.torch_stderr import parse_stderr
 
 REAL = Path(__file__).resolve().parent.parent / "fixtures" / "real-cpu-hang"
 CASES = ["mismatched_op", "missing_rank", "size_mismatch_abort"]
@@ -18,7 +19,8 @@ def _run(case: str, world: bool = True):
     truth = json.loads((d / "expected.json").read_text())
     dumps = [load_dump(p) for p in sorted(d.glob("nccl_trace_rank_*"))]
     stderr = {int(p.stem[4:]): p for p in d.glob("rank*.stderr")}
-    rep = analyze_hang(dumps, world_size=truth["world_size"] if world else None, rank_logs=stderr)
+    rep = analyze_hang(dumps, world_size=truth["world_size"] if world else None, rank_logs=stderr,
+                       stderr_logs=[parse_stderr(p) for p in sorted(stderr.values())])
     return truth["faults"][0], rep
 
 
@@ -41,10 +43,12 @@ def test_real_mismatched_op_details() -> None:
 
 
 def test_real_crashed_rank_points_at_its_stderr() -> None:
-    """Rank 1 aborted in gloo's size check without a dump; world size comes from the dumps' pg_config."""
+    """Rank 1 aborted in gloo's size check without a dump (its stderr says so); the others agree at seq 3, so the
+    rank without a dump passed the odd size. World size comes from the dumps' pg_config."""
     fault, rep = _run("size_mismatch_abort", world=False)
     top = rep.diagnoses[0]
-    assert (top.kind, top.seq, top.culprit_ranks, top.waiting_ranks) == ("crashed_rank", 3, [1], [0, 2])
+    assert (top.kind, top.seq, top.culprit_ranks, top.waiting_ranks) == ("mismatched_size", 3, [1], [0, 2])
+    assert rep.ranks_without_dump[1].startswith("died (SIGABRT)")
     tails = [e for e in top.evidence if e[0].endswith("rank1.stderr")]
     assert any("Received data size doesn't match expected size" in e[2] for e in tails)
 

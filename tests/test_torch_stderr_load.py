@@ -59,8 +59,8 @@ def test_traces_logs_and_dumps_are_not_claimed():
     # the failure test bed (its own integrity test: test_failure_fixtures.py) holds real torchrun logs, torchrun's
     # per-rank stderr files and fr_trace's saved output, whose crash tracebacks are claimed as stderr too
     bed = [p for p in outside if p.startswith("real-cpu-failures/")]
-    assert all(p.endswith(("/torchrun.log", "/stderr.log", "/fr_trace_output.txt",
-                           "/fr_trace_output_with_pg_config.txt")) for p in bed), bed
+    assert all(p.endswith(("/torchrun.log", "/stderr.log", "/fr_trace_output.md",
+                           "/fr_trace_output_with_pg_config.md")) for p in bed), bed
     outside = [p for p in outside if p not in bed]
     # the only other stderr outside fixtures/stderr: the per-rank stderr and torchrun logs of the real hangs and the
     # simulator's crashed-rank log, which earlier were skipped as "text without NCCL or watchdog lines"

@@ -439,7 +439,7 @@ def gather(dumps: list, logs: list, world_size: int | None) -> HangInputs:
         else:
             warnings.append(f"highest rank seen is {max(world)}; the world is taken as the {len(world)} ranks seen "
                             "(pass the world size to count ranks that left nothing)")
-    _resolve_members(groups, calls, progress, world)
+    _resolve_members(groups, calls, progress, world, set(facts) | set(log_ranks))
     calls, progress = _link_comms(calls, progress, groups, warnings)
     calls = _completion(calls, progress, groups)
     return HangInputs(calls=calls, progress=progress, groups=groups, world=world, dumps=facts,
@@ -516,11 +516,32 @@ def _completion(calls: pd.DataFrame, progress: pd.DataFrame, groups: dict[str, G
     return calls.assign(done=done)
 
 
-def _resolve_members(groups: dict[str, Group], calls: pd.DataFrame, progress: pd.DataFrame, world: set[int]) -> None:
-    """Members of groups whose config did not list them: the world for the default group, else those observed."""
+def _resolve_members(groups: dict[str, Group], calls: pd.DataFrame, progress: pd.DataFrame, world: set[int],
+                     recorded: set[int] | None = None) -> None:
+    """Members of groups whose config did not list them (gloo): the world for the default group, else those
+    observed — completed with ranks that left no record where the group's role says members are missing.
+
+    Groups of one role (the same description: TP, DP, PP groups) have the same size. When the groups of a role that
+    lack members lack exactly as many as there are ranks with no record at all, and one group lacks them all, those
+    ranks are its members; otherwise the membership stays what was observed.
+    """
     for g in groups.values():
         if g.members is None and (g.key == "0" or g.desc == "default_pg"):
             g.members, g.member_source = set(world), "world"
         elif g.members is None:
             seen = set(calls.loc[calls["group"] == g.key, "rank"]) | set(progress.loc[progress["group"] == g.key, "rank"])
             g.members, g.member_source = {int(x) for x in seen}, "observed"
+    absent = set(world) - (recorded or set())
+    if not absent:
+        return
+    by_role: dict[str, list[Group]] = {}
+    for g in groups.values():
+        if g.member_source == "observed" and g.desc:
+            by_role.setdefault(g.desc, []).append(g)
+    for role in by_role.values():
+        size = max(len(g.members or ()) for g in role)
+        short = [g for g in role if len(g.members or ()) < size]
+        free = sorted(absent - set().union(*[g.members or set() for g in role]))
+        if len(short) == 1 and len(free) == size - len(short[0].members or ()):
+            short[0].members = set(short[0].members or ()) | set(free)
+            short[0].member_source = "observed+role"

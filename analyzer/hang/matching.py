@@ -309,8 +309,12 @@ def _refine_by_alignment(by_rank: dict[int, pd.DataFrame], s: int, d: Divergence
     if not ref or not all(bad):
         return
     if len(ref) == 1 and all(len(b) == 1 for b in bad):
-        nxt = period_next(_history(by_rank[good[0]], s) + [ref[0]])
-        if nxt is not None and all(b[0] == nxt for b in bad) and nxt != ref[0]:
+        hist = _history(by_rank[good[0]], s)
+        nxt = period_next(hist + [ref[0]])
+        here = period_next(hist)  # what the pattern alone puts at seq s: an occasional call (a periodic barrier
+        # beyond the window) is no part of it, and the culprit issuing exactly that skipped the occasional call
+        if (nxt is not None and all(b[0] == nxt for b in bad) and nxt != ref[0]) or \
+                (here is not None and here != ref[0] and all(b[0] == here for b in bad)):
             d.kind = "skipped_collective"
             d.cause = (f"rank(s) {d.culprits} skipped the {ref[0][0][0]} the others wait in: the call they issued "
                        "is the one the job's repeating pattern puts next (a conditional collective, or an uneven "

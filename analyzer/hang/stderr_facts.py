@@ -37,11 +37,12 @@ CONSEQUENCE_TEXT = re.compile(r"[Tt]imed out|[Tt]imeout|[Cc]onnection (?:closed|
                               r"[Ww]atchdog|monitoredBarrier|failed to pass")
 ORIGIN_TEXT = re.compile(r"Received data size doesn't match|invalid tensor size|out of memory|illegal memory|"
                          r"device-side assert|CUDA error|ECC|Xid")
-P2P_APIS = {"send", "recv", "isend", "irecv", "batch_isend_irecv", "_coalescing_manager", "P2POp"}
+P2P_APIS = {"send", "recv", "isend", "irecv", "batch_isend_irecv", "P2POp"}
 COLLECTIVE_APIS = {"all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor",
                    "broadcast", "reduce", "all_to_all", "all_to_all_single", "barrier", "gather", "scatter",
                    "all_reduce_coalesced", "monitored_barrier", "_all_gather_base", "_reduce_scatter_base",
-                   "all_gather_object", "broadcast_object_list", "gather_object", "scatter_object_list"}
+                   "all_gather_object", "broadcast_object_list", "gather_object", "scatter_object_list",
+                   "_coalescing_manager"}  # coalesced collectives wait there (batched P2P waits in user code)
 SIGNAL_NAMES = {6: "SIGABRT", 9: "SIGKILL", 11: "SIGSEGV", 7: "SIGBUS", 8: "SIGFPE", 4: "SIGILL", 15: "SIGTERM",
                 1: "SIGHUP", 2: "SIGINT"}
 SIGNALS_ORIGIN = {"SIGABRT", "SIGKILL", "SIGSEGV", "SIGBUS", "SIGFPE", "SIGILL"}
@@ -68,12 +69,15 @@ class RankFailure:
 
     @property
     def blocked_in_p2p(self) -> bool:
-        """Its timeout happened in a send/recv: a torch P2P API, or a user-code wait on isend/irecv work."""
-        if not self.timed_out:
-            return False
+        """It died waiting in a send/recv: inside a torch P2P API (a timeout or a lost peer), or timed out in a
+        user-code wait on isend/irecv work."""
         if self.blocked_in in P2P_APIS:
             return True
-        return bool(self.p2p_direction) and self.blocked_in not in COLLECTIVE_APIS
+        if not self.timed_out:
+            return False
+        # gloo's collectives time out in their internal sends/recvs too: without a traceback that ends outside
+        # the collective APIs (a user-code wait on isend/irecv work), a 'send' / 'recv' timeout proves nothing
+        return bool(self.p2p_direction) and bool(self.blocked_in) and self.blocked_in not in COLLECTIVE_APIS
 
 
 @dataclass
@@ -250,12 +254,21 @@ def _death(f: RankFailure, how: str, item: dict) -> None:
 
 
 def _traceback(out: StderrFacts, r: int, x: dict, path: str, line: int | None, order: int) -> None:
-    """An uncaught traceback: the rank died of it; its exception is an origin unless it reports someone else."""
+    """An uncaught traceback: the rank died of it; its exception is an origin unless it reports someone else.
+
+    The launcher's own RendezvousTimeoutError / RendezvousError (no rank) says the job never formed."""
+    exc = _s(x.get("exc_type"))
+    if "Rendezvous" in exc and not bool(x.get("chained")):
+        out.rendezvous.append(_item(path, order, kind="rendezvous_timeout" if "Timeout" in exc else "rendezvous_error",
+                                    text=f"{exc}: {_s(x.get('message'))}".strip(": "), line=line, exc_type=exc))
+        return
     if r < 0 or bool(x.get("chained")) is True:
         return
     f = out.rank(r)
-    exc, msg = _s(x.get("exc_type")), _s(x.get("message"))
+    msg = _s(x.get("message"))
     f.blocked_in = f.blocked_in or _s(x.get("inner_func"))
+    if f.blocked_in in ("send", "isend", "recv", "irecv") and not f.p2p_direction:
+        f.p2p_direction = "send" if "send" in f.blocked_in else "recv"
     f.stack = f.stack or _s(x.get("user_stack"))
     where = ""
     if _s(x.get("user_file")):

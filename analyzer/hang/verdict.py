@@ -326,6 +326,11 @@ def build(inp: HangInputs, st: RankStates, edges: pd.DataFrame, divs: list[Diver
     """Ranked root diagnoses and the reason each rank without a dump has none (module docstring)."""
     diags: list[HangDiagnosis] = []
     claimed: set[int] = set()
+    # a rank that died in a send/recv (stderr) is not waiting in the collective its dump ends with: that wait is
+    # stale (gloo records no send/recv, so the dump's last entry is an older collective)
+    blocked_p2p = p2p.blocked_directions(facts)
+    if blocked_p2p and len(edges):
+        edges = edges[~(edges["waiter"].isin(list(blocked_p2p)) & (edges["kind"] == "coll"))]
     world = set(inp.world) | set(facts.ranks)
     no_dump = _no_dump_reasons(inp, facts, world)
     if facts.rendezvous and not inp.dumps and not any(f.timed_out for f in facts.ranks.values()):
@@ -380,7 +385,6 @@ def build(inp: HangInputs, st: RankStates, edges: pd.DataFrame, divs: list[Diver
                            + cause, conf, facts))
         claimed |= set(stalled)
     # send/recv that no dump records (gloo): a rank that broke its own P2P pattern, or ranks that died in a P2P
-    blocked_p2p = p2p.blocked_directions(facts)
     for x in _p2p_roots(inp, facts, blocked_p2p, claimed):
         diags.append(x)
         claimed |= set(x.culprit_ranks)
@@ -508,7 +512,10 @@ def _rendezvous(facts: StderrFacts) -> HangDiagnosis:
     what = {"rendezvous_eaddrinuse": "the rendezvous port was already in use (EADDRINUSE)",
             "rendezvous_refused": "the ranks could not connect to the rendezvous store (MASTER_ADDR:MASTER_PORT "
                                   "refused or timed out)",
-            "store_timeout": "the rendezvous store timed out before every rank joined"}
+            "store_timeout": "the rendezvous store timed out before every rank joined",
+            "rendezvous_timeout": "the rendezvous timed out before every node joined (a node never started, or "
+                                  "could not reach the rendezvous endpoint)",
+            "rendezvous_error": "the rendezvous failed"}
     return HangDiagnosis(kind="rendezvous_failure", process_group="", pg_desc="", seq=None, op="",
                          culprit_ranks=[], waiting_ranks=[], confidence=0.9, source="stderr",
                          cause="; ".join(what.get(k, k) for k in kinds) + (f" ({first['peer']})" if first.get("peer", -1)
@@ -579,7 +586,7 @@ def _p2p_roots(inp: HangInputs, facts: StderrFacts, blocked: dict[int, str], cla
         dst = receivers[0] if len(receivers) == 1 else None
         pair = sorted(set(senders) | set(receivers))
         out.append(HangDiagnosis(
-            kind="stuck_p2p", process_group="", pg_desc="", seq=None, op="send/recv", culprit_ranks=pair,
+            kind="p2p_mismatch", process_group="", pg_desc="", seq=None, op="send/recv", culprit_ranks=pair,
             waiting_ranks=[], tie=True, confidence=0.45, source="stderr", p2p={"src": src, "dst": dst, "tag": None},
             cause=(f"rank(s) {senders} died waiting in a send and rank(s) {receivers} in a recv, with no other failure: "
                    f"the transfer {p2p.pair_text(src, dst)} never matched (a wrong tag or peer on one side; the "

@@ -142,8 +142,6 @@ def _targets(inp: HangInputs, st: RankStates, r: int, row: pd.Series, by_rank: d
     b = Blocked(rank=r, group=g, kind=str(row["kind"]), seq=s, op=str(row["op"]), peer=int(row["peer"]),
                 targets=[], absent=[], row=row.to_dict())
     if row["kind"] == "coll":
-        if g in inp.groups and inp.groups[g].member_source == "observed":  # membership unknown: the world may be in it
-            members = sorted(set(members) | {m for m in inp.world if not _has_record(inp, m)})
         for m in members:
             if m == r:
                 continue
