@@ -81,8 +81,9 @@ def tp_inter_node(ctx: Context) -> Iterator[Finding]:
     if not bad:
         return
     ranks = sorted({int(r) for g in bad for r in g.get("ranks") or []})
-    ev = [Evidence(f"TP group {g.get('name')}{' (' + str(g['desc']) + ')' if g.get('desc') else ''}: ranks "
-                   f"{g.get('ranks')} on hosts {g.get('hosts')}") for g in bad[:8]]
+    ev = [Evidence(f"TP group {g.get('name')}{' (' + str(g['desc']) + ')' if g.get('desc') else ''}: "
+                   f"{ranks_text(g.get('ranks') or [])} on hosts {', '.join(map(str, g.get('hosts') or []))}")
+          for g in bad[:8]]
     names = {str(g.get("name")) for g in bad}
     tt = ctx.traced_time_us()
     cost = None
@@ -245,7 +246,8 @@ def low_busbw(ctx: Context) -> Iterator[Finding]:
                       confidence=0.7, cost=cost,
                       evidence=[Evidence(f"{int(count)} calls, mean {mb(mean_bytes)}, mean transfer "
                                          f"{num(r.get('mean_transfer_us')) or 0:.0f} µs, busbw {bw:.2f} GB/s"),
-                                Evidence(f"hosts {g.get('hosts')}" if g.get("hosts") else f"link class {link}")],
+                                Evidence(f"hosts {', '.join(map(str, g['hosts']))}" if g.get("hosts")
+                                         else f"link class {link}")],
                       subject=Subject(ranks=ranks, process_group=str(r.get("process_group")),
                                       collective={"op": r.get("op"), "seq": None}),
                       involved=set(ranks))

@@ -70,7 +70,7 @@ def test_job_goes_on_past_bad_files(tmp_path):
     status = {f.path.split("/")[-1]: (f.status, f.message) for f in job.files}
     assert status["rank0.json"][0] == "read"
     assert status["rank1.json"][0] == "salvaged" and "kept" in status["rank1.json"][1]
-    assert status["rank2.json"] == ("skipped", "not a trace: empty file")
+    assert status["rank2.json"] == ("skipped", "empty file")
     assert status["notes.txt"][0] == "skipped" and "without NCCL" in status["notes.txt"][1]
     assert status["blob.bin"][0] == "skipped" and "binary" in status["blob.bin"][1]
     assert status["broken.json"] == ("failed", "truncated before the first complete event "
