@@ -113,14 +113,13 @@ def _binary_share(block: bytes) -> float:
     """Share of a block that is control bytes or invalid UTF-8 (0 for text; a cut last character is text)."""
     if not block:
         return 0.0
+    control = sum(1 for b in block if b < 32 and b not in (9, 10, 13))
+    invalid = 0
     try:
         block.decode("utf-8")
-        return 0.0
     except UnicodeDecodeError as exc:
-        if exc.start >= len(block) - 4:
-            return 0.0
-    control = sum(1 for b in block if b < 32 and b not in (9, 10, 13))
-    invalid = block.decode("utf-8", errors="replace").count("\ufffd")
+        if exc.start < len(block) - 4:  # not merely a character cut at the end of the head
+            invalid = block.decode("utf-8", errors="replace").count("\ufffd")
     return (control + invalid) / len(block)
 
 

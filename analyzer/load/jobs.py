@@ -53,21 +53,24 @@ def _iso(ns: Optional[int]) -> Optional[str]:
 
 
 def _by_folder(infos: list[TraceInfo]) -> list[list[TraceInfo]]:
-    """One group per parent folder when some rank appears in more than one folder; else one group."""
+    """One group per parent folder when some rank appears in more than one folder at different times; else one."""
     folders: dict[str, list[TraceInfo]] = {}
     for t in infos:
         folders.setdefault(os.path.dirname(os.path.abspath(t.path)), []).append(t)
     if len(folders) < 2:
         return [infos]
-    seen: dict[int, str] = {}
+    seen: dict[int, TraceInfo] = {}
     clash = False
     for d, ts in folders.items():
         for t in ts:
             if t.rank is None:
                 continue
-            if t.rank in seen and seen[t.rank] != d:
+            first = seen.setdefault(t.rank, t)
+            # the same rank in another folder, recorded at another time: another run (an identical copy is a
+            # duplicate file of this run, reported as such later)
+            if os.path.dirname(os.path.abspath(first.path)) != d and (first.start_ns != t.start_ns
+                                                                       or t.start_ns is None):
                 clash = True
-            seen.setdefault(t.rank, d)
     return [folders[d] for d in sorted(folders)] if clash else [infos]
 
 

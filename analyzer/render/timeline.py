@@ -64,9 +64,10 @@ def _origin(tin: Any) -> int:
     return min(starts) if starts else 0
 
 
-def _sample_ranks(ranks: list[int], keep: int, must: set[int]) -> list[int]:
-    """``keep`` ranks: those the findings name first, then evenly spaced ones."""
-    chosen = [r for r in ranks if r in must][:keep]
+def _sample_ranks(ranks: list[int], keep: int, must: list[int]) -> list[int]:
+    """``keep`` ranks: those the findings name first (worst finding first), then evenly spaced ones."""
+    have = set(ranks)
+    chosen = list(dict.fromkeys(r for r in must if r in have))[:keep]
     rest = [r for r in ranks if r not in set(chosen)]
     need = keep - len(chosen)
     if need > 0 and rest:
@@ -103,7 +104,7 @@ def _finding_points(report: dict, tin: Any, t0: int) -> list[dict]:
                 hit = m[(m["rank"] == r) & (m["process_group"].astype(str) == str(s["process_group"]))
                         & (m["seq"] == int(s["seq"]))]
                 if len(hit):
-                    ts = int(round(hit["start_us"].iloc[0] * 1000))
+                    ts = int(hit["start_ns"].iloc[0])
             st = by_rank[r].steps
             if ts is None and s.get("step") is not None and len(st):
                 row = st[st["step"] == int(s["step"])]
@@ -122,7 +123,8 @@ def build_timeline(report: dict, tin: Any, max_events: int = DEFAULT_MAX_EVENTS)
     t0 = _origin(tin)
     m = tin.members if tin.members is not None else pd.DataFrame()
     all_ranks = [r.rank for r in tin.ranks]
-    named = {int(x) for f in report.get("findings") or [] for x in (f.get("subject") or {}).get("ranks") or []}
+    named = [int(x) for f in report.get("findings") or [] for x in (f.get("subject") or {}).get("ranks") or []
+             if len((f.get("subject") or {}).get("ranks") or []) < len(tin.ranks)]  # findings about a few ranks
     n_coll = len(m)
     per_rank_fixed = {r.rank: len(r.steps) + len(r.cpu_comm) + 12 for r in tin.ranks}
     fixed = sum(per_rank_fixed.values()) + 3 * n_coll  # collective slice + wait + flow end per member
@@ -194,17 +196,21 @@ def build_timeline(report: dict, tin: Any, max_events: int = DEFAULT_MAX_EVENTS)
     # collectives: one track per process group, wait slices, flow arrows in arrival order
     n_flows = 0
     if len(m):
-        groups = sorted({str(g) for g in m["process_group"]}, key=lambda g: (not g.isdigit(), int(g) if g.isdigit()
-                                                                                else 0, g))
+        # one track per process group; send/recv pairs per direction (the two directions overlap in time)
+        p2p = (m["kind"] == "p2p").to_numpy() if "kind" in m else np.zeros(len(m), bool)
+        track = [f"{g} {int(a_)}→{int(b_)}" if k else str(g) for g, k, a_, b_ in
+                 zip(m["process_group"].astype(str), p2p, m["src"].fillna(-1), m["dst"].fillna(-1))]
+        groups = sorted(set(track), key=lambda g: (not g.split()[0].isdigit(),
+                                                   int(g.split()[0]) if g.split()[0].isdigit() else 0, g))
         gtid = {g: TID_GROUP0 + i for i, g in enumerate(groups)}
         for pid in sorted(set(int(x) for x in m["rank"])):
-            for g in sorted({str(x) for x in m.loc[m["rank"] == pid, "process_group"]}, key=groups.index):
-                events += [_meta(pid, gtid[g], "thread_name", f"collectives: process group {g}"),
-                           _meta(pid, gtid[g], "thread_sort_index", gtid[g])]
+            for g in sorted({t for t, r in zip(track, m["rank"]) if r == pid}, key=groups.index):
+                what = f"send/recv: process group {g}" if "→" in g else f"collectives: process group {g}"
+                events += [_meta(pid, gtid[g], "thread_name", what), _meta(pid, gtid[g], "thread_sort_index", gtid[g])]
             events += [_meta(pid, TID_WAITS, "thread_name", "waits for the last rank to arrive"),
                        _meta(pid, TID_WAITS, "thread_sort_index", TID_WAITS)]
-        start = np.round(m["start_us"].to_numpy() * 1000).astype(np.int64)
-        end = np.round(m["end_us"].to_numpy() * 1000).astype(np.int64)
+        start = m["start_ns"].to_numpy(dtype=np.int64)
+        end = m["end_ns"].to_numpy(dtype=np.int64)
         pg = m["process_group"].astype(str).to_numpy()
         ops = m["op"].astype(str).to_numpy()
         seq = m["seq"].to_numpy()
@@ -213,7 +219,7 @@ def build_timeline(report: dict, tin: Any, max_events: int = DEFAULT_MAX_EVENTS)
                  "bytes": (None if b != b else int(b)), "last_rank": int(lr) if lr == lr else None}
                 for g, q, o, i, w, b, lr in zip(pg, seq, ops, m["instance"], m["wait_us"], m["bytes"],
                                                 m["last_rank"])]
-        events += _slices(pd.DataFrame({"pid": m["rank"].to_numpy(), "tid": [gtid[g] for g in pg], "start": start,
+        events += _slices(pd.DataFrame({"pid": m["rank"].to_numpy(), "tid": [gtid[g] for g in track], "start": start,
                                         "end": end, "name": names, "cat": "collective", "args": args}), t0)
         wait = np.round(m["wait_us"].to_numpy() * 1000).astype(np.int64)
         w = wait > 0
@@ -226,7 +232,7 @@ def build_timeline(report: dict, tin: Any, max_events: int = DEFAULT_MAX_EVENTS)
         inst = m["instance"].to_numpy()[order]
         a_idx = np.flatnonzero(inst[1:] == inst[:-1])  # link arrival k → k+1 of the same instance
         mid = np.where(end > start, (start + end) // 2, start)  # bind inside the slice
-        tids = np.array([gtid[g] for g in pg], dtype=np.int64)
+        tids = np.array([gtid[g] for g in track], dtype=np.int64)
         names_a = np.asarray(names, dtype=object)
         fid = np.arange(1, len(a_idx) + 1)
         for ph, rows in (("s", order[a_idx]), ("f", order[a_idx + 1])):

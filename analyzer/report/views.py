@@ -48,8 +48,10 @@ def steps_frame(job: Job, report: dict) -> pd.DataFrame:
     offs, _ = offsets_ns(report)
     sm = job.step_metrics[["rank", "step", "start", "end"]].copy()
     shift = sm["rank"].map(lambda r: offs.get(int(r), 0)).to_numpy(dtype=np.int64)
-    sm["start_us"] = (sm.pop("start").to_numpy() + shift) / 1000.0
-    sm["end_us"] = (sm.pop("end").to_numpy() + shift) / 1000.0
+    sm["start_ns"] = sm.pop("start").to_numpy() + shift
+    sm["end_ns"] = sm.pop("end").to_numpy() + shift
+    sm["start_us"] = sm["start_ns"] / 1000.0
+    sm["end_us"] = sm["end_ns"] / 1000.0
     return rows.merge(sm, on=["rank", "step"], how="left")
 
 
@@ -67,6 +69,7 @@ def collectives_frame(job: Job, report: dict) -> pd.DataFrame:
     out = m.merge(inst[keep], left_on="iid", right_on="instance", how="left").drop(columns=["instance"])
     out = out.rename(columns={"iid": "instance", "duration_ns": "member_duration_ns"})
     out["bytes"] = out["bytes"].where(out["bytes"] >= 0)
+    exact = {c + "_ns": out[c].to_numpy(dtype=np.int64) for c in ("start", "end")}
     for c in ("start", "end"):
         out[c + "_us"] = out.pop(c).astype(float) / 1000.0
     cols = ["instance", "process_group", "seq", "kind", "op", "rank", "stream", "step", "src", "dst", "dtype", "nelems",
@@ -74,6 +77,9 @@ def collectives_frame(job: Job, report: dict) -> pd.DataFrame:
             "start_us", "end_us", "wait_us", "member_duration_us", "transfer_us", "busbw_gbps", "algbw_gbps",
             "n_members", "group_size", "complete", "last_rank", "arrival_skew_us"]
     out = _us(out)
+    for c, v in exact.items():  # epoch-scale µs floats keep ~0.25 µs; the integer ns are exact
+        out[c] = v
+    cols += ["start_ns", "end_ns"]
     return out[[c for c in cols if c in out.columns]].sort_values(["instance", "rank"]).reset_index(drop=True)
 
 
