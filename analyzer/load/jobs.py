@@ -125,8 +125,13 @@ def group_jobs(infos: list[TraceInfo]) -> list[JobGroup]:
     out = []
     for g, told in groups:
         out.append(_group("", g, told))
+    by_folder = all(j.folder for j in out) and len({j.folder for j in out}) == len(out)
     for j in out:
         bits = []
+        if by_folder:  # each job in its own folder: the folder names it (what users pass to --job)
+            j.label = os.path.relpath(j.folder, common) if common and j.folder != common else \
+                (os.path.basename(j.folder) or j.folder)
+            continue
         if "sub-folder" in j.told_by and j.folder:
             bits.append(os.path.relpath(j.folder, common) if common and j.folder != common else
                         os.path.basename(j.folder) or j.folder)

@@ -192,37 +192,48 @@ def _figures(report: dict, job: Any) -> str:
     if job is not None and getattr(job, "traces", None) and rep is not None:
         name = "whole trace" if rep == -1 else f"step {rep}"
         out.append("<h2>Timeline</h2>")
+        drawn, total = fg.timeline_ranks(job, report, rep)
+        sample = (f" {len(drawn)} of {total} ranks are drawn: the straggler, the slowest and the fastest, then "
+                  "evenly spaced ones (analyze --timeline writes every rank)." if len(drawn) < total else "")
         out.append(_img(fg.timeline(job, report, rep, f"representative {name}"), f"timeline of {name}",
                         "Per rank: compute and memcpy (upper half of each row), communication (lower half), idle in "
-                        "grey; thin lines join the ends of the same collective on every rank."))
+                        "grey; thin lines join the ends of the same collective on every rank." + sample))
         if worst is not None and worst != rep:
             out.append(_img(fg.timeline(job, report, worst, f"worst step {worst}"), f"timeline of step {worst}",
                             "The step with the longest mean step time over the ranks (the one that cost the job most)."))
         out.append(_img(fg.pipeline(job, report, rep), "pipeline schedule",
                         "One rank per pipeline stage; hatched red = bubble (no compute inside the stage's window)."))
-    heat = [fg.heatmap(report, "step_time_us", "step time per rank and step (ms)"),
+    heat = [fg.heatmap(report, "step_time_us", "step time per rank and step: % vs the step's median rank",
+                       relative=True),
             fg.heatmap(report, "exposed_comm_us", "exposed communication per rank and step (ms)", "magma")]
+    n_ranks = len((report.get("job") or {}).get("ranks") or [])
+    every = f" All {n_ranks} ranks are drawn; evenly spaced ones are labelled." if n_ranks > fg.MAX_RANKS else ""
     if any(heat):
         out.append("<h2>Per rank and step</h2>")
         out.append(_img(heat[0], "step time heatmap",
-                        "Step time of each rank in each step; in a synchronous job the ranks mostly agree, and a "
-                        "slow step shows as a bright column."))
+                        "Step time of each rank in each step, as % above (red) or below (blue) the step's median "
+                        "rank (the numbers are ms). The colour range is at least ±10 %, so a clean job looks "
+                        "flat; a slow rank shows as a red row." + every))
         out.append(_img(heat[1], "exposed comm heatmap",
-                        "Exposed (not overlapped) communication: the ranks that wait for a straggler show long "
-                        "exposed comm, the straggler itself the least (it waits for nobody)."))
+                        "Exposed (not overlapped) communication, ms, colour from 0: the ranks that wait for a "
+                        "straggler show long exposed comm, the straggler itself the least (it waits for nobody)."
+                        + every))
     bars = fg.share_bars(report)
     if bars:
         out.append("<h2>Overlap and communication share</h2>")
         out.append(_img(bars, "overlap coverage and comm share per rank",
                         "Overlap coverage = share of comm time hidden under compute; comm / exposed comm share = "
-                        "fraction of the step."))
+                        "fraction of the step." + (" One line per share, every rank a point." if
+                                                   n_ranks > fg.MAX_RANKS else "")))
     if job is not None and getattr(job, "traces", None):
         wm = fg.wait_matrix(job, report)
         bw = fg.bandwidth(job, report)
         if wm:
             out.append("<h2>Collective wait matrix</h2>")
             out.append(_img(wm, "collective wait matrix",
-                            "Row rank waited (sum over collectives) for the column rank, the last to arrive."))
+                            "Row rank waited (sum over collectives) for the column rank, the last to arrive."
+                            + (f" With {n_ranks} ranks, consecutive ranks are summed in blocks."
+                               if n_ranks > fg.MAX_TICKS else "")))
         if bw:
             out.append("<h2>Bus bandwidth</h2>")
             out.append(_img(bw, "bus bandwidth per collective size",

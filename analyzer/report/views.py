@@ -40,6 +40,12 @@ def _cross_rank(job: Job, report: dict):
     return analyse(job, gpn)
 
 
+def cross_rank_tables(job: Job, report: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(instances, members) of the very matching the report was built from (aligned ns; docs/cross-rank.md)."""
+    cr = _cross_rank(job, report)
+    return cr.instances, cr.members
+
+
 def steps_frame(job: Job, report: dict) -> pd.DataFrame:
     """One row per rank and step: the report's per-step metrics (µs) plus the window on the aligned clock."""
     rows = pd.DataFrame((report.get("metrics") or {}).get("per_step") or [])
