@@ -160,18 +160,19 @@ def heatmap(report: dict, column: str, title: str, cmap: str = "viridis", relati
         label = "ms"
     ax.set_xticks(range(piv.shape[1]))
     ax.set_xticklabels(["all" if s == -1 else str(s) for s in piv.columns], fontsize=8)
-    ticks = np.arange(n) if n <= MAX_RANKS else _thin_ticks(n)
+    ticks = _thin_ticks(n)
     ax.set_yticks(ticks)
     ax.set_yticklabels([str(piv.index[i]) for i in ticks], fontsize=8)
     ax.set_xlabel("step")
-    ax.set_ylabel("rank" if n <= MAX_RANKS else f"rank (all {n}; every {max(1, n // len(ticks))}th labelled)")
+    ax.set_ylabel("rank" if len(ticks) == n else f"rank (all {n}; evenly spaced ones labelled)")
     ax.set_title(title, fontsize=10, loc="left")
-    if piv.size <= 200:
-        mid = np.nanmean(vals)
+    if piv.size <= 200 and n <= MAX_TICKS:  # the values themselves, in a colour that reads on the cell
+        shown = dev if relative else vals
         for (i, j), v in np.ndenumerate(vals):
             if not np.isnan(v):
+                r, g, b, _ = im.cmap(im.norm(shown[i, j]))
                 ax.text(j, i, f"{v:.1f}", ha="center", va="center", fontsize=7,
-                        color="black" if relative or v >= mid else "white")
+                        color="black" if 0.299 * r + 0.587 * g + 0.114 * b > 0.5 else "white")
     fig.colorbar(im, ax=ax, label=label, fraction=0.05)
     return _png(fig)
 

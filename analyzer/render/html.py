@@ -213,7 +213,8 @@ def _figures(report: dict, job: Any) -> str:
         out.append(_img(heat[0], "step time heatmap",
                         "Step time of each rank in each step, as % above (red) or below (blue) the step's median "
                         "rank (the numbers are ms). The colour range is at least ±10 %, so a clean job looks "
-                        "flat; a slow rank shows as a red row." + every))
+                        "flat. In a synchronous job every rank shares the step time (the others wait for a "
+                        "straggler), so a straggler shows below, as the rank with the least exposed comm." + every))
         out.append(_img(heat[1], "exposed comm heatmap",
                         "Exposed (not overlapped) communication, ms, colour from 0: the ranks that wait for a "
                         "straggler show long exposed comm, the straggler itself the least (it waits for nobody)."
