@@ -133,7 +133,7 @@ def _targets(args: argparse.Namespace) -> list[tuple[str, Optional[str]]]:
     explicit = [(fmt, getattr(args, f"out_{fmt}")) for fmt in FORMATS if getattr(args, f"out_{fmt}")]
     main_asked = args.output is not None or args.format is not None
     targets: list[tuple[str, Optional[str]]] = []
-    to_stdout = [fmt for fmt, path in explicit if path == "-"]
+    to_stdout = [fmt for fmt, path in explicit if path == "-"] + (["timeline"] if args.timeline == "-" else [])
     if main_asked or not to_stdout:
         targets.append((main_fmt, None if args.output in (None, "-") else args.output))
     targets += [(fmt, None if path == "-" else path) for fmt, path in explicit]

@@ -156,3 +156,13 @@ def test_cli_writes_a_gzipped_timeline(tmp_path, capsys):
     doc = json.loads(gzip.decompress(out.read_bytes()))
     assert doc["otherData"]["ranks_drawn"] == 8 and doc["otherData"]["clock"].startswith("aligned")
     assert {e["pid"] for e in doc["traceEvents"] if e["ph"] == "M"} == set(range(8))
+
+
+def test_timeline_to_stdout_is_the_only_document_there(capsys):
+    code = main([str(ROOT / "fixtures/sim/ddp_clean"), "-q", "--jobs", "1", "--timeline", "-"])
+    out = capsys.readouterr().out
+    assert code in (0, 1)
+    doc = json.loads(out)
+    assert doc["otherData"]["ranks_drawn"] == 8
+    assert main([str(ROOT / "fixtures/sim/ddp_clean"), "-q", "--timeline", "-", "--json", "-"]) == 2
+    assert "would both go to stdout" in capsys.readouterr().err
