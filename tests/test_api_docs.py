@@ -39,9 +39,13 @@ def test_every_block_runs_and_prints_what_it_says(monkeypatch):
         buf = io.StringIO()
         with contextlib.redirect_stdout(buf):
             exec(compile(block, f"docs/api.md block {i + 1}", "exec"), ns)  # noqa: S102 - our own doc
-        printed = buf.getvalue()
-        for want in _expected(block):
-            assert want in printed, f"block {i + 1}: {want!r} not in {printed!r}"
+        lines = buf.getvalue().splitlines()
+        k = 0
+        for want in _expected(block):  # in order, each on a line of its own
+            while k < len(lines) and want not in lines[k]:
+                k += 1
+            assert k < len(lines), f"block {i + 1}: {want!r} not in the output's lines, in order: {lines!r}"
+            k += 1
 
 
 def test_every_public_member_is_documented():
