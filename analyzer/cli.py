@@ -8,7 +8,7 @@ from typing import Any, Callable, Optional
 
 from analyzer import __version__
 
-FORMATS = ("text", "json", "markdown", "html", "junit", "sarif", "github")
+from analyzer.render.formats import FORMATS  # noqa: E402  (re-exported: analyzer.cli.FORMATS)
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
 
 EXAMPLES = """\
@@ -17,6 +17,9 @@ examples:
   analyze traces/ --format json -o r.json   the report as JSON (schema: docs/json-schema.md)
   analyze traces/ --html r.html --markdown r.md --junit r.xml --sarif r.sarif
                                             several formats at once, one file each (text still on stdout)
+  analyze traces/ --json - | jq .verdict    one document on stdout (the text report steps aside)
+  analyze traces/ --timeline merged.json.gz every rank on one aligned timeline (Perfetto / chrome://tracing)
+  analyze runs/ --job run2                  the inputs hold several jobs: pick one
   analyze traces/ --format github           GitHub Actions annotations (::error file=...::...)
   analyze traces/ --baseline main-traces/   compare with an earlier run; a slowdown fails the run
   analyze traces/ --fail-on warning         exit 1 on warnings too (default: errors only)
@@ -24,8 +27,8 @@ examples:
 exit codes (docs/exit-codes.md):
   0  no finding reaches --fail-on (default error; warning; never)
   1  at least one finding reaches --fail-on
-  2  usage error, an output file could not be written, the baseline could not be read,
-     or no input could be read
+  2  usage error (also: a path that does not exist), an output file could not be written,
+     the baseline could not be read, or nothing could be analysed
 """
 
 
@@ -49,11 +52,18 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("paths", nargs="*", help="files or folders (searched recursively)")
     out = p.add_argument_group("output")
-    out.add_argument("--format", choices=FORMATS, default="text", help="format of stdout / -o (default text)")
+    out.add_argument("--format", choices=FORMATS, default=None, help="format of stdout / -o (default text)")
     out.add_argument("-o", "--output", metavar="FILE", help="write the --format output to FILE instead of stdout")
     for fmt in FORMATS:
         out.add_argument(f"--{fmt}", dest=f"out_{fmt}", metavar="FILE",
                          help=f"also write the {fmt} report to FILE")
+    out.add_argument("--timeline", metavar="FILE",
+                     help="also write one Chrome/Perfetto trace of every rank on the aligned clock "
+                          "(FILE.json or FILE.json.gz; open in ui.perfetto.dev or chrome://tracing)")
+    out.add_argument("--timeline-max-events", type=_positive_int, default=None, metavar="N",
+                     help="thin the timeline past N events (default 2,000,000; the file says what was left out)")
+    out.add_argument("-v", "--verbose", action="store_true",
+                     help="list every skipped input file (default: counts by reason and the first few)")
     out.add_argument("--fail-on", choices=("error", "warning", "never"), default="error",
                      help="lowest finding severity that makes the exit code 1 (default error)")
     out.add_argument("--color", choices=("auto", "always", "never"), default="auto",
@@ -66,6 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
                            "(defaults in docs/json-schema.md)")
     p.add_argument("--jobs", type=_positive_int, default=None,
                    help="worker processes for parsing (default: all cores)")
+    p.add_argument("--job", metavar="LABEL",
+                   help="when the inputs hold several jobs: analyse this one (its label or number as listed, "
+                        "or its folder; default: the one with the most ranks)")
     p.add_argument("--gpus-per-node", type=_positive_int, default=None,
                    help="hosts from rank // N when neither traces nor logs name them (as TraceLens does)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress output on stderr")
@@ -98,40 +111,70 @@ def progress_printer(quiet: bool, stream: Any = None) -> Optional[Callable[[int,
     return progress
 
 
-def render(fmt: str, report: dict, job: Any = None, fail_on: str = "error", color: bool = False) -> str:
-    """The report in one format."""
-    if fmt == "json":
-        from analyzer.render.json_out import render_json
-        return render_json(report)
-    if fmt == "markdown":
-        from analyzer.render.markdown import render_markdown
-        return render_markdown(report)
-    if fmt == "html":
-        from analyzer.render.html import render_html
-        return render_html(report, job)
-    if fmt == "junit":
-        from analyzer.render.common import registry_rules
-        from analyzer.render.junit import render_junit
-        return render_junit(report, fail_on, registry_rules())
-    if fmt == "sarif":
-        from analyzer.render.common import registry_rules
-        from analyzer.render.sarif import render_sarif
-        return render_sarif(report, registry_rules())
-    if fmt == "github":
-        from analyzer.render.github import render_github
-        return render_github(report)
-    from analyzer.render.text import render_text
-    return render_text(report, color=color)
+def render(fmt: str, report: dict, job: Any = None, fail_on: str = "error", color: bool = False,
+           verbose: bool = False) -> str:
+    """The report in one format (kept here for callers of the old name; see analyzer.render.formats)."""
+    from analyzer.render.formats import render as _render
+    return _render(fmt, report, job, fail_on, color, verbose)
+
+
+class UsageError(Exception):
+    """Bad combination of options: message on stderr, exit code 2, no report."""
 
 
 def _targets(args: argparse.Namespace) -> list[tuple[str, Optional[str]]]:
-    """(format, file or None for stdout) for every output asked for."""
-    targets: list[tuple[str, Optional[str]]] = [(args.format, args.output)]
-    for fmt in FORMATS:
-        path = getattr(args, f"out_{fmt}")
-        if path:
-            targets.append((fmt, path))
-    return targets
+    """(format, file or None for stdout) for every output asked for; exactly one document per stream.
+
+    The default text report goes to stdout only when nothing else was sent there: ``--html -`` alone writes
+    just the HTML. The same format asked for twice on stdout is written once; two different documents on
+    stdout are a usage error.
+    """
+    main_fmt = args.format or "text"
+    explicit = [(fmt, getattr(args, f"out_{fmt}")) for fmt in FORMATS if getattr(args, f"out_{fmt}")]
+    main_asked = args.output is not None or args.format is not None
+    targets: list[tuple[str, Optional[str]]] = []
+    to_stdout = [fmt for fmt, path in explicit if path == "-"] + (["timeline"] if args.timeline == "-" else [])
+    if main_asked or not to_stdout:
+        targets.append((main_fmt, None if args.output in (None, "-") else args.output))
+    targets += [(fmt, None if path == "-" else path) for fmt, path in explicit]
+    seen, out = set(), []
+    for t in targets:
+        if t not in seen:
+            seen.add(t)
+            out.append(t)
+    docs = sorted({fmt for fmt, path in out if path is None})
+    if args.timeline == "-":
+        docs.append("timeline")
+    if len(docs) > 1:
+        raise UsageError(f"{' and '.join(docs)} would both go to stdout; send all but one to a file")
+    return out
+
+
+def _reports_asked(args: argparse.Namespace) -> bool:
+    """Did the user ask for a report document (a file, a format, a stream) beyond the default text?"""
+    return (args.output is not None or args.format is not None or args.timeline is not None
+            or any(getattr(args, f"out_{fmt}") for fmt in FORMATS))
+
+
+class _Stdout:
+    """Writes documents to stdout; a reader that went away (``| head``) ends the writing quietly."""
+
+    def __init__(self) -> None:
+        self.closed = False
+
+    def write(self, text: str) -> None:
+        if self.closed:
+            return
+        try:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+        except BrokenPipeError:
+            self.closed = True
+            try:  # Python flushes stdout again at exit: point it at /dev/null so that stays quiet too
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, sys.stdout.fileno())
+            except (OSError, ValueError, AttributeError):
+                pass
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -146,7 +189,17 @@ def main(argv: Optional[list[str]] = None) -> int:
         parser.print_usage(sys.stderr)
         print("analyze: error: give at least one file or folder", file=sys.stderr)
         return EXIT_USAGE
-    from analyzer.report.baseline import BaselineError, apply_baseline, load_baseline, parse_threshold
+    from analyzer.api import InputPathError, check_paths
+    try:
+        check_paths(args.paths)
+        targets = _targets(args)
+    except InputPathError as exc:
+        print(f"analyze: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except UsageError as exc:
+        print(f"analyze: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    from analyzer.report.baseline import BaselineError, parse_threshold
     thresholds = {}
     for t in args.regression_threshold:
         try:
@@ -155,32 +208,30 @@ def main(argv: Optional[list[str]] = None) -> int:
             print(f"analyze: error: --regression-threshold: {exc}", file=sys.stderr)
             return EXIT_USAGE
         thresholds[name] = value
-    from analyzer.report.assemble import Options, run_analysis
-    from analyzer.load.job import load_job
-
-    options = Options(gpus_per_node=args.gpus_per_node, rule_config=config_from_args(args))
-    job = load_job(args.paths, jobs=args.jobs, progress=progress_printer(args.quiet))
-    report = run_analysis(job, options)
-    usable = bool(job.traces or job.nccl_logs or job.fr_dumps or job.stderr_logs)
-    if args.baseline and usable:
-        try:
-            base = load_baseline(args.baseline, lambda p: run_analysis(load_job(p, jobs=args.jobs), options))
-        except BaselineError as exc:
-            print(f"analyze: error: {exc}", file=sys.stderr)
+    from analyzer.api import load
+    try:
+        analysis = load(args.paths, job=args.job, jobs=args.jobs, gpus_per_node=args.gpus_per_node,
+                        rule_config=config_from_args(args), baseline=args.baseline,
+                        regression_thresholds=thresholds, fail_on=args.fail_on,
+                        progress=progress_printer(args.quiet))
+    except BaselineError as exc:
+        print(f"analyze: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except ValueError as exc:  # --job naming none of the jobs found
+        print(f"analyze: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    report = analysis.report
+    if not analysis.analysed:
+        print(f"analyze: error: nothing was analysed: {report.get('nothing_analysed', '')}", file=sys.stderr)
+        if not _reports_asked(args):
             return EXIT_USAGE
-        apply_baseline(report, base, args.baseline, thresholds)
-        cfg = options.rule_config
-        if cfg is not None and hasattr(cfg, "enabled"):  # --select / --ignore cover the BASE rules too
-            from analyzer.report.assemble import verdict
-            report["findings"] = [f for f in report["findings"] if cfg.enabled(str(f.get("id", "")))]
-            report["verdict"] = verdict(report["findings"])
-
     code = EXIT_OK
-    for fmt, path in _targets(args):
+    out = _Stdout()
+    for fmt, path in targets:
         color = path is None and fmt == "text" and use_color(args.color, sys.stdout)
-        text = render(fmt, report, job, args.fail_on, color)
-        if path is None or path == "-":  # "-" is stdout, as in every Unix tool
-            sys.stdout.write(text)
+        text = analysis.render(fmt, args.fail_on, color, args.verbose)
+        if path is None:
+            out.write(text)
             continue
         try:
             with open(path, "w", encoding="utf-8") as fh:
@@ -188,10 +239,27 @@ def main(argv: Optional[list[str]] = None) -> int:
         except OSError as exc:
             print(f"analyze: error: cannot write {path}: {exc.strerror or exc}", file=sys.stderr)
             code = EXIT_USAGE
-    if not usable:
-        print("analyze: no input could be read", file=sys.stderr)
+    if args.timeline is not None and analysis.analysed:
+        code = _write_timeline(analysis, args, out) or code
+    if not analysis.analysed:
         return EXIT_USAGE
     if code:
         return code
-    from analyzer.render.common import failing
-    return EXIT_FINDINGS if failing(report, args.fail_on) else EXIT_OK
+    return EXIT_FINDINGS if analysis.failing(args.fail_on) else EXIT_OK
+
+
+def _write_timeline(analysis: Any, args: argparse.Namespace, out: _Stdout) -> int:
+    """--timeline FILE: the merged Chrome/Perfetto trace; '-' writes it (uncompressed) to stdout."""
+    from analyzer.render.timeline import DEFAULT_MAX_EVENTS, timeline_json, write_timeline
+    limit = args.timeline_max_events or DEFAULT_MAX_EVENTS
+    try:
+        if args.timeline == "-":
+            out.write(timeline_json(analysis.report, analysis.timeline_input(), limit)[0])
+            return 0
+        meta = write_timeline(args.timeline, analysis.report, analysis.timeline_input(), limit)
+    except OSError as exc:
+        print(f"analyze: error: cannot write {args.timeline}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if not args.quiet and meta.get("thinned"):
+        print(f"analyze: timeline {args.timeline}: {meta['thinned']}", file=sys.stderr)
+    return 0

@@ -1,7 +1,7 @@
 """HTA 0.5.0 on a folder of traces: TraceAnalysis load + comm/comp overlap + temporal breakdown.
 
-Run with the separate HTA virtualenv (/work/htavenv), never the project's:
-    /work/htavenv/bin/python benchmarks/hta_run.py TRACE_DIR
+Run with a separate HTA virtualenv ($HTA_PYTHON), never the project's:
+    $HTA_PYTHON benchmarks/hta_run.py TRACE_DIR
 """
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
-HTA_PY = Path(os.environ.get("HTA_PYTHON", "/work/htavenv/bin/python"))
+HTA_PY = Path(os.environ.get("HTA_PYTHON", str(Path.home() / ".venvs/hta/bin/python")))
 DATA = ROOT / "bench-data"
 
 CORPUS_SETS = {
@@ -171,7 +171,8 @@ def main(argv=None) -> int:
     hta = not a.no_hta and hta_available()
     if not a.no_hta and not hta:
         print(f"HTA skipped: {HTA_PY} with holistictraceanalysis not found "
-              "(python -m venv /work/htavenv && /work/htavenv/bin/pip install holistictraceanalysis==0.5.0)")
+              "(python -m venv ~/.venvs/hta && ~/.venvs/hta/bin/pip install holistictraceanalysis==0.5.0; "
+              "then HTA_PYTHON=~/.venvs/hta/bin/python)")
     print(f"machine: {os.cpu_count()} cores; load average {os.getloadavg()[0]:.1f} at start", flush=True)
     sets = dict(CORPUS_SETS)
     for name, spec in (QUICK_SIM_SETS if a.quick else SIM_SETS).items():

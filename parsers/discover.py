@@ -16,6 +16,14 @@ STDERR = "stderr"  # torchrun / PyTorch / gloo / CUDA stderr (parsers/torch_stde
 
 _HEAD_BYTES = 256 * 1024
 _TEXT_SUFFIXES = {".log", ".txt", ".out", ".err", ".stderr", ".stdout"}
+#: The smallest file that can hold a profiler trace with one event; anything shorter is not worth a parse.
+MIN_TRACE_BYTES = 32
+_MAGIC = ((b"\x7fELF", "binary: an ELF executable or library"), (b"\x89PNG", "binary: a PNG image"),
+          (b"PK\x03\x04", "binary: a zip archive (wheel, jar, zip)"), (b"%PDF", "binary: a PDF document"),
+          (b"SQLite format 3", "binary: an SQLite database"), (b"\xff\xd8\xff", "binary: a JPEG image"),
+          (b"GIF8", "binary: a GIF image"), (b"\x93NUMPY", "binary: a numpy array"),
+          (b"BZh", "binary: bzip2-compressed"), (b"\xfd7zXZ", "binary: xz-compressed"),
+          (b"\x28\xb5\x2f\xfd", "binary: zstd-compressed"))
 
 
 @dataclass(frozen=True)
@@ -66,6 +74,9 @@ def classify(path: Path) -> InputFile:
     if not head:
         return InputFile(str(path), UNKNOWN, "empty file" if path.stat().st_size == 0 else "unreadable gzip")
     name = path.name.lower()
+    for magic, what in _MAGIC:
+        if head.startswith(magic):
+            return InputFile(str(path), UNKNOWN, what)
     if looks_like_fr_dump(head) and b'"traceEvents"' not in head:
         return InputFile(str(path), FR_DUMP, "Flight Recorder dump (pickle or JSON)")
     stripped = head.lstrip()
@@ -76,18 +87,40 @@ def classify(path: Path) -> InputFile:
             return InputFile(str(path), KINETO, "JSON with traceEvents")
         if name.startswith("nccl_trace_rank") or "flight" in name:
             return InputFile(str(path), FR_DUMP, "Flight Recorder file name")
-        return InputFile(str(path), UNKNOWN, "JSON, but neither a profiler trace nor a Flight Recorder dump")
+        if stripped[:1] == b"[":
+            return InputFile(str(path), UNKNOWN, "top-level JSON is a list, not a trace object")
+        return InputFile(str(path), UNKNOWN, "JSON object without traceEvents (not a profiler trace)")
     if name.startswith("nccl_trace_rank_") and head[:1] == b"\x80":
         return InputFile(str(path), FR_DUMP, "Flight Recorder file name")
     if looks_like_nccl_log(head):
         return InputFile(str(path), NCCL_LOG, "text with NCCL / ProcessGroupNCCL lines")
     if looks_like_stderr(head, path):
         return InputFile(str(path), STDERR, "text with Python tracebacks / torchrun / c10d / gloo / CUDA lines")
-    if b"\x00" in head[:4096]:
-        return InputFile(str(path), UNKNOWN, "binary data, not a trace")
+    if head.startswith(b"\x80") and len(head) > 1 and head[1] in range(2, 6):
+        return InputFile(str(path), UNKNOWN, "binary: a Python pickle that is not a Flight Recorder dump")
+    if b"\x00" in head[:4096] or _binary_share(head[:4096]) > 0.3:
+        return InputFile(str(path), UNKNOWN, "binary")
+    if stripped[:1] == b"[":
+        return InputFile(str(path), UNKNOWN, "top-level JSON is a list, not a trace object")
+    if len(head) < MIN_TRACE_BYTES:
+        return InputFile(str(path), UNKNOWN, f"too small to be a trace (under {MIN_TRACE_BYTES} bytes)")
     if Path(name).suffix in _TEXT_SUFFIXES:
         return InputFile(str(path), UNKNOWN, "text without NCCL or watchdog lines")
-    return InputFile(str(path), UNKNOWN, "not a trace")
+    return InputFile(str(path), UNKNOWN, "text, not a trace or log (no NCCL, watchdog or profiler content)")
+
+
+def _binary_share(block: bytes) -> float:
+    """Share of a block that is control bytes or invalid UTF-8 (0 for text; a cut last character is text)."""
+    if not block:
+        return 0.0
+    control = sum(1 for b in block if b < 32 and b not in (9, 10, 13))
+    invalid = 0
+    try:
+        block.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if exc.start < len(block) - 4:  # not merely a character cut at the end of the head
+            invalid = block.decode("utf-8", errors="replace").count("\ufffd")
+    return (control + invalid) / len(block)
 
 
 def discover(paths: list[str | Path]) -> tuple[list[InputFile], list[tuple[str, str]]]:

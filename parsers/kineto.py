@@ -105,6 +105,9 @@ class KinetoTrace:
     annotations: pd.DataFrame
     warnings: list[str] = field(default_factory=list)
     salvage: Optional[dict] = None
+    #: CPU-side collective spans (gloo:*, nccl:*, c10d::*, symm_mem::*): start, end (ns), tid, name
+    cpu_comm: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(
+        {"start": np.empty(0, np.int64), "end": np.empty(0, np.int64), "tid": np.empty(0, np.int64), "name": []}))
 
     @property
     def device_type(self) -> str:
@@ -778,8 +781,15 @@ class _Collector:
         annotations = self._annotations()
         if not len(activity):
             warnings.append(f"{path}: no device activity or CPU operators found")
-        return KinetoTrace(str(path), rank, rank_source, world, meta, activity, names, coll, steps,
-                           annotations, warnings)
+        trace = KinetoTrace(str(path), rank, rank_source, world, meta, activity, names, coll, steps,
+                            annotations, warnings)
+        if spans:
+            trace.cpu_comm = pd.DataFrame({
+                "start": np.array([x[0] for x in spans], dtype=np.int64),
+                "end": np.array([x[1] for x in spans], dtype=np.int64),
+                "tid": self.tid_int[np.array([x[2] for x in spans], dtype=np.int64)],
+                "name": [x[3] for x in spans]})
+        return trace
 
     def _ns(self, ts: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         start = _to_ns(np.asarray(ts, dtype=np.float64)) + self.base_ns
@@ -812,6 +822,7 @@ class _Collector:
         r_ts, r_corr, r_tid = _cat_arrays(self.r, 3, self._R_TYPES)
         r_start = self._ns(r_ts, np.zeros_like(r_ts))[0]
         launch_start = np.full(len(ts), -1, dtype=np.int64)
+        launch_tid = np.full(len(ts), -1, dtype=np.int64)
         launch_pos = np.full(len(ts), -1, dtype=np.int64)
         if r_corr.size:
             order = np.argsort(r_corr, kind="stable")
@@ -821,6 +832,7 @@ class _Collector:
             hit = (corr >= 0) & (sc[pos_c] == corr)
             launch_pos[hit] = order[pos_c[hit]]
             launch_start[hit] = r_start[launch_pos[hit]]
+            launch_tid[hit] = self.tid_int[r_tid[launch_pos[hit]]]
 
         # Kernels launched by a collective CPU op (symm_mem::*, …) are comm even without an NCCL name.
         comm_by_ext = self._comm_by_ext()
@@ -834,7 +846,7 @@ class _Collector:
         activity = pd.DataFrame({
             "start": start, "end": end, "device": device, "stream": stream,
             "kind": pd.Categorical.from_codes(kind, KINDS), "name_id": name_id.astype(np.int32),
-            "correlation": corr, "launch_start": launch_start,
+            "correlation": corr, "launch_start": launch_start, "launch_tid": launch_tid,
         })
         activity = activity.sort_values(["start", "end"], kind="stable")
         order = activity.index.to_numpy()
@@ -888,6 +900,7 @@ class _Collector:
             "name_id": name_id.astype(np.int32),
             "correlation": np.full(len(rows), -1, np.int64),
             "launch_start": np.full(len(rows), -1, np.int64),
+            "launch_tid": np.full(len(rows), -1, np.int64),
         })
         activity = activity.sort_values(["start", "end"], kind="stable")
         order = activity.index.to_numpy()

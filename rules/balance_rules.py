@@ -221,7 +221,7 @@ def step_spread(ctx: Context) -> Iterator[Finding]:
 def host_stall(ctx: Context) -> Iterator[Finding]:
     """The GPU sits idle for a large part of the step on some ranks: the host does not feed it.
 
-    idle = step time − |∪ all GPU activity| (DESIGN §3). A rank-specific idle gap (data loader, CPU
+    idle = step time − |∪ all GPU activity| (docs/metrics.md); shares are Σ idle / Σ step time. A rank-specific idle gap (data loader, CPU
     preprocessing, a host sync) also makes every other rank wait for it in the next collective, so the
     resulting straggler, step spread and comm share are listed under this finding (when the straggler is
     one of the idle ranks). Causes: data loading, CPU preprocessing, Python/launch overhead, host syncs
@@ -250,11 +250,18 @@ def host_stall(ctx: Context) -> Iterator[Finding]:
     worst = max(bad, key=bad.get)
     g = group_for_rank(ctx.groups(), worst) if some else None
     late = host or (s is not None and s["rank"] in bad)
-    amount = pct(bad[worst]) if len(bad) == 1 else f"up to {pct(bad[worst])} (mean {pct(sum(bad.values()) / len(bad))})"
+    # one definition of an idle share everywhere: Σ idle / Σ step time (the headline's, over these ranks)
+    sums = {int(r["rank"]): (num(r.get("idle_us")), num(r.get("step_time_us"))) for r in ctx.per_rank()
+            if r.get("rank") is not None}
+    num_ = sum((sums.get(r) or (None, None))[0] or 0.0 for r in bad)
+    den_ = sum((sums.get(r) or (None, None))[1] or 0.0 for r in bad)
+    share = num_ / den_ if den_ > 0 else sum(bad.values()) / len(bad)
+    where = "all ranks" if not some else "these ranks"
+    amount = pct(bad[worst]) if len(bad) == 1 else f"up to {pct(bad[worst])} ({pct(share)} over {where})"
     yield Finding(title=f"GPU idle {amount} of step time on {ranks_text(bad)}: the host does not keep it busy"
                         + (" (data loader / CPU stall)" if some else ""),
                   severity="info" if whole else "warning", confidence=0.85 if (host or some) else 0.6,
-                  evidence=ev, cost=sum(bad.values()) / len(bad),
+                  evidence=ev, cost=share,
                   subject=Subject(ranks=sorted(bad), process_group=None if g is None else str(g.get("name"))),
                   involved=set(bad) | (_all_ranks(ctx) if late else set()))
 

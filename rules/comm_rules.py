@@ -58,7 +58,7 @@ def _rank_values(ctx: Context, key: str) -> dict[int, float]:
 def low_overlap(ctx: Context) -> Iterator[Finding]:
     """Much of the communication time runs while no compute runs (overlap coverage below target).
 
-    overlap coverage = |∪comm ∩ ∪compute| / |∪comm| (DESIGN §3, HTA's definition). Data-parallel gradient
+    overlap coverage = |∪comm ∩ ∪compute| / |∪comm| (docs/metrics.md, HTA's definition). Data-parallel gradient
     sync can hide almost completely under backward (target ≥ 90 %); tensor-parallel collectives are blocking
     per layer, so ≥ 60 % is already good. The report has one job-wide coverage, not one per group role, so
     a job with TP groups is judged against the TP target. Severity warning when a pure data-parallel job

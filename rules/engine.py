@@ -121,6 +121,7 @@ def attach_consequences(ranked: list[Finding]) -> list[Finding]:
                 changed = True
                 root.consequences.append({"id": cons.id, "title": cons.title, "severity": cons.severity,
                                           "ranks": [int(r) for r in cons.subject.ranks],
+                                          "subject": cons.subject.to_dict(),
                                           "evidence": [e.text for e in cons.evidence[:2]]})
                 root.consequences.extend(cons.consequences)
                 cons.consequences = []

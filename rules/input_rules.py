@@ -102,3 +102,30 @@ def clock_trust(ctx: Context) -> Iterator[Finding]:
                                                       else []),
                       evidence=[Evidence(f"max residual {resid:.0f} µs (rank {worst.get('rank')}), max offset "
                                          f"{num(a.get('max_abs_offset_us')) or 0:.0f} µs")])
+
+
+@rule("INPUT005", "The inputs hold several jobs; one was analysed", "warning",
+      confirm="The report's inputs.jobs lists each job found (label, ranks, world size, start, how it was told "
+              "apart); the other jobs' traces are listed as skipped.",
+      fix="Point the tool at one run's folder, or choose the job with --job LABEL (or its number).")
+def several_jobs(ctx: Context) -> Iterator[Finding]:
+    """Traces of different jobs sit under the input paths (two runs in sub-folders, different world sizes, or
+    wall-clock windows far apart). Mixing them would match collectives across jobs, so only one is analysed.
+    """
+    jobs = (ctx.report.get("inputs") or {}).get("jobs") or []
+    if len(jobs) < 2:
+        return
+    sel = next((j for j in jobs if j.get("selected")), jobs[0])
+    ev = []
+    for i, j in enumerate(jobs, 1):
+        bits = [f"{j.get('traces')} trace(s)", ranks_text(j.get('ranks') or [])]
+        if j.get("world_size"):
+            bits.append(f"world size {j['world_size']}")
+        if j.get("start"):
+            bits.append(f"started {j['start']}")
+        mark = " (analysed)" if j is sel else ""
+        ev.append(Evidence(f"job {i}: {j.get('label')}{mark}: " + ", ".join(bits), j.get("folder"), None))
+    told = sorted({w for j in jobs for w in j.get("told_by") or []})
+    ev.append(Evidence(f"told apart by {', '.join(told)}; choose another with --job LABEL or --job NUMBER"))
+    yield Finding(title=f"The inputs hold {len(jobs)} jobs; only {sel.get('label')} was analysed", confidence=0.9,
+                  evidence=ev)

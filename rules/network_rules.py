@@ -81,8 +81,9 @@ def tp_inter_node(ctx: Context) -> Iterator[Finding]:
     if not bad:
         return
     ranks = sorted({int(r) for g in bad for r in g.get("ranks") or []})
-    ev = [Evidence(f"TP group {g.get('name')}{' (' + str(g['desc']) + ')' if g.get('desc') else ''}: ranks "
-                   f"{g.get('ranks')} on hosts {g.get('hosts')}") for g in bad[:8]]
+    ev = [Evidence(f"TP group {g.get('name')}{' (' + str(g['desc']) + ')' if g.get('desc') else ''}: "
+                   f"{ranks_text(g.get('ranks') or [])} on {_hosts_text(g.get('hosts') or [])}")
+          for g in bad[:8]]
     names = {str(g.get("name")) for g in bad}
     tt = ctx.traced_time_us()
     cost = None
@@ -245,7 +246,15 @@ def low_busbw(ctx: Context) -> Iterator[Finding]:
                       confidence=0.7, cost=cost,
                       evidence=[Evidence(f"{int(count)} calls, mean {mb(mean_bytes)}, mean transfer "
                                          f"{num(r.get('mean_transfer_us')) or 0:.0f} µs, busbw {bw:.2f} GB/s"),
-                                Evidence(f"hosts {g.get('hosts')}" if g.get("hosts") else f"link class {link}")],
+                                Evidence(_hosts_text(g["hosts"]) if g.get("hosts") else f"link class {link}")],
                       subject=Subject(ranks=ranks, process_group=str(r.get("process_group")),
                                       collective={"op": r.get("op"), "seq": None}),
                       involved=set(ranks))
+
+
+def _hosts_text(hosts: list) -> str:
+    """'hosts a, b' — past 8 hosts the count and the first and last ('64 hosts (node-00 … node-63)')."""
+    hs = [str(h) for h in hosts]
+    if len(hs) > 8:
+        return f"{len(hs)} hosts ({hs[0]} … {hs[-1]})"
+    return ("host " if len(hs) == 1 else "hosts ") + ", ".join(hs)

@@ -14,7 +14,7 @@ def _ratio(a: int, b: int):
 
 
 def step_metrics(eng: Engine, local) -> list[dict]:
-    """Per rank per step: DESIGN §3 metrics over the ProfilerStep window, times on the rank's own clock."""
+    """Per rank per step: docs/metrics.md metrics over the ProfilerStep window, times on the rank's own clock."""
     rows = []
     for s in eng.st:
         for step, ws, we in s.steps:

@@ -41,7 +41,18 @@ def test_unknown_files_say_why(tmp_path):
     (tmp_path / "cfg.json").write_text('{"lr": 0.1}')
     (tmp_path / "img.png").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00")
     (tmp_path / ".hidden.json").write_text("{}")
+    (tmp_path / "list.json").write_text("[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16]")
+    (tmp_path / "tool").write_bytes(b"\x7fELF\x02\x01\x01" + bytes(100))
+    (tmp_path / "data.pkl").write_bytes(b"\x80\x04\x95\x0b\x00\x00\x00\x00\x00\x00\x00}\x94\x8c\x01a\x94K\x01s.")
+    (tmp_path / "blob").write_bytes(bytes(range(1, 9)) * 64)
+    (tmp_path / "x.txt").write_text("ok\n")
+    (tmp_path / "README.md").write_text("# A project\n\nSome words about it, long enough to not be tiny.\n")
     files, _ = discover([tmp_path])
     why = {f.path.rsplit("/", 1)[-1]: f.reason for f in files}
-    assert why == {"cfg.json": "JSON, but neither a profiler trace nor a Flight Recorder dump",
-                   "empty.json": "empty file", "img.png": "binary data, not a trace"}
+    assert why == {"cfg.json": "JSON object without traceEvents (not a profiler trace)",
+                   "empty.json": "empty file", "img.png": "binary: a PNG image",
+                   "list.json": "top-level JSON is a list, not a trace object",
+                   "tool": "binary: an ELF executable or library",
+                   "data.pkl": "binary: a Python pickle that is not a Flight Recorder dump",
+                   "blob": "binary", "x.txt": "too small to be a trace (under 32 bytes)",
+                   "README.md": "text, not a trace or log (no NCCL, watchdog or profiler content)"}

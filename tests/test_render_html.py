@@ -1,6 +1,7 @@
 """The HTML report in a real headless browser: loads without console errors, figures visible (skipped without one)."""
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -81,3 +82,98 @@ def test_html_opens_without_errors_and_shows_figures(report_html, tmp_path):
     assert colours > 200, colours
     # the timeline is on screen: compute blue and comm orange bars cover real area
     assert near(img, BLUE) > 5000 and near(img, ORANGE) > 5000, (near(img, BLUE), near(img, ORANGE))
+
+
+# --- readable at 8, 64 and 512 ranks ---------------------------------------------------------------------------
+SCENARIO_512 = {"hosts": 64, "gpus_per_host": 8, "steps": 2, "model": {"layers": 2},
+                "schedule": {"kind": "ddp", "bucket_mb": 8}, "nccl": {"log": "none", "version": "2.26.2"},
+                "faults": [{"kind": "straggler", "ranks": [300], "factor": 1.6}], "seed": 5, "name": "ddp_512",
+                "description": "512 ranks (simulated at test time)"}
+SIZES = {8: ROOT / "fixtures/sim/straggler_ddp", 64: ROOT / "fixtures/sim/ddp_64_clean", 512: None}
+MAX_FIGURE_PX = (1300, 1500)  # width, height: every figure fits a laptop screen
+
+
+def simulate_512(out: Path) -> Path:
+    """A 512-rank DDP job written by the simulator (about 10 s; 4.5 MB)."""
+    import json
+    from simulator.cli import run_scenario
+    scen = out / "scenario.json"
+    scen.write_text(json.dumps(SCENARIO_512))
+    run_scenario(scen, out / "job")
+    return out / "job"
+
+
+def png_sizes(html: str) -> list[tuple[int, int]]:
+    """(width, height) of every inline PNG, read from its IHDR header."""
+    import base64
+    import re
+    import struct
+    out = []
+    for b64 in re.findall(r"data:image/png;base64,([A-Za-z0-9+/=]+)", html):
+        head = base64.b64decode(b64[:64])
+        out.append(struct.unpack(">II", head[16:24]))
+    return out
+
+
+@pytest.fixture(scope="module", params=sorted(SIZES))
+def sized(request, tmp_path_factory):
+    n = request.param
+    if n == 512 and BROWSER is None:
+        pytest.skip("the 512-rank check runs with the browser check (no Chromium installed)")
+    path = SIZES[n] or simulate_512(tmp_path_factory.mktemp("sim512"))
+    job = load_job([path], jobs=2)
+    report = run_analysis(job, Options())
+    html = render_html(report, job)
+    out = tmp_path_factory.mktemp("sized") / f"ranks{n}.html"
+    out.write_text(html, encoding="utf-8")
+    return n, out, html
+
+
+def test_every_figure_fits_a_screen_and_says_when_it_samples(sized):
+    n, _, html = sized
+    sizes = png_sizes(html)
+    assert len(sizes) >= 5
+    assert all(w <= MAX_FIGURE_PX[0] and h <= MAX_FIGURE_PX[1] for w, h in sizes), sizes
+    if n > 32:  # past a screenful the timeline draws a sample, and the caption says which
+        assert f"32 of {n} ranks are drawn: the straggler, the slowest and the fastest" in html
+        assert "32 of %d ranks (straggler, slowest, fastest" % n not in html  # (title is in the PNG, not text)
+    else:
+        assert "ranks are drawn" not in html
+    if n > 64:
+        assert f"All {n} ranks are drawn; evenly spaced ones are labelled." in html
+        assert "consecutive ranks are summed in blocks" in html
+
+
+@needs_browser
+def test_screenshot_at_each_size(sized, tmp_path):
+    n, path, _ = sized
+    img, log = browse(path, tmp_path, height=5200)
+    assert console_errors(log) == []
+    assert near(img, BLUE) > 3000 and near(img, ORANGE) > 3000
+    out = os.environ.get("ANALYZE_SCREENSHOTS")
+    if out:  # keep the screenshots to look at (docs/screenshots/make_screenshots.py does the same)
+        import matplotlib.image as mpimg
+        Path(out).mkdir(parents=True, exist_ok=True)
+        mpimg.imsave(str(Path(out) / f"ranks{n}.png"), img)
+
+
+def test_step_time_heatmap_of_a_clean_job_is_pale_and_a_slow_rank_is_not():
+    """Colour = % vs the step's median rank with a range of at least ±10 %: a 2 % spread stays pale."""
+    import io
+
+    import matplotlib.image as mpimg
+
+    from analyzer.render.figures import heatmap
+
+    def strong(png: bytes) -> float:
+        img = mpimg.imread(io.BytesIO(png))[:, :, :3]
+        hi, lo = img.max(axis=2), img.min(axis=2)
+        return float((((hi - lo) / np.maximum(hi, 1e-6) > 0.5) & (hi > 0.3)).mean())  # saturated colour
+
+    clean = {"metrics": {"per_step": [{"rank": r, "step": s, "step_time_us": 10000.0 * (1 + 0.02 * ((r + s) % 2))}
+                                      for r in range(16) for s in range(3)]}}
+    slow = {"metrics": {"per_step": [{"rank": r, "step": s, "step_time_us": 10000.0 * (1.6 if r == 5 else 1.0)}
+                                     for r in range(16) for s in range(3)]}}
+    pale = strong(heatmap(clean, "step_time_us", "t", relative=True))
+    loud = strong(heatmap(slow, "step_time_us", "t", relative=True))
+    assert loud > pale + 0.02, (pale, loud)  # (both include the colour bar's saturated ends)

@@ -4,7 +4,7 @@ Stage 0 is the rank whose first transfer is a send (activations leave it before 
 transfers go stage s → s+1; in Megatron's interleaved schedule the last stage also sends forward to stage 0,
 closing a ring: then v = c01 / (c01 − c_wrap) and m = c01 − c_wrap per step (c = forward transfers per step),
 else m = c01. Schedule on stage 0: GPipe sends every forward before the first backward gradient arrives;
-1F1B interleaves them in the steady state. Bubble (DESIGN §3): per rank and step, the share of the window from
+1F1B interleaves them in the steady state. Bubble (docs/metrics.md, docs/cross-rank.md): per rank and step, the share of the window from
 its first to its last compute kernel starting in the step in which no compute runs; ideal (p−1)/(v·m+p−1).
 """
 from __future__ import annotations

@@ -235,6 +235,8 @@ def cross_rank_section(job: Job, gpus_per_node: Optional[int] = None) -> dict:
         for (pg, op), g in inst.groupby(["process_group", "op"], sort=True):
             by.append({"process_group": pg, "op": op, "role": role_of.get(pg), "count": int(len(g)),
                        "bytes": int(g["bytes"].clip(lower=0).sum()) if (g["bytes"] >= 0).any() else None,
+                       "mean_bytes": float(g.loc[g["bytes"] >= 0, "bytes"].mean()) if (g["bytes"] >= 0).any()
+                       else None,
                        "mean_transfer_us": float(g["transfer_ns"].mean()) / 1e3,
                        "mean_busbw_gbps": _nanmean(g["busbw_gbps"]),
                        "mean_algbw_gbps": _nanmean(g["algbw_gbps"]),

@@ -43,6 +43,8 @@ class Job:
     warnings: list[str] = field(default_factory=list)
     #: one StderrLog (parsers/torch_stderr.py) per stderr file, and per NCCL log that also holds stderr lines
     stderr_logs: list[Any] = field(default_factory=list)
+    #: the jobs found among the traces when there were several (docs/api.md): label, ranks, selected, ...
+    jobs: list[dict] = field(default_factory=list)
     #: results of expensive analyses of this job, computed once (e.g. the cross-rank matching for the report and its plots)
     cache: dict = field(default_factory=dict, repr=False, compare=False)
 
@@ -127,17 +129,23 @@ def default_jobs() -> int:
 
 
 def load_job(paths: list[str | Path], jobs: Optional[int] = None,
-             progress: Optional[Callable[[int, int, str], None]] = None) -> Job:
-    """Read every input under ``paths``; never raises for bad files (they are reported in ``Job.files``)."""
+             progress: Optional[Callable[[int, int, str], None]] = None, select_job: Optional[str] = None) -> Job:
+    """Read every input under ``paths``; never raises for bad files (they are reported in ``Job.files``).
+
+    When the traces belong to several jobs (analyzer/load/jobs.py) only one is analysed: ``select_job`` (a
+    label, number or folder), else the one with the most ranks; the others' files are listed as skipped.
+    Raises ValueError when ``select_job`` names none of them.
+    """
     found, problems = discover(paths)
     records: list[FileRecord] = [FileRecord(p, "unknown", FAILED, msg) for p, msg in problems]
     trace_paths = [f.path for f in found if f.kind == KINETO]
     for f in found:
         if f.kind not in (KINETO, NCCL_LOG, FR_DUMP, STDERR):
-            records.append(FileRecord(f.path, f.kind, SKIPPED, f"not a trace: {f.reason}"))
+            records.append(FileRecord(f.path, f.kind, SKIPPED, f.reason))
 
     jobs = default_jobs() if jobs is None else max(1, jobs)
     results = _map(_parse_trace, trace_paths, jobs, progress)
+    found_jobs, other_job, keep_folder = _split_jobs(trace_paths, results, select_job)
     traces: dict[int, KinetoTrace] = {}
     metrics: list[pd.DataFrame] = []
     warnings: list[str] = []
@@ -145,6 +153,9 @@ def load_job(paths: list[str | Path], jobs: Optional[int] = None,
     for path, (trace, m, err) in zip(trace_paths, results):
         if trace is None:
             records.append(FileRecord(path, KINETO, FAILED, err))
+            continue
+        if path in other_job:
+            records.append(FileRecord(path, KINETO, SKIPPED, other_job[path], trace.rank))
             continue
         warnings.extend(trace.warnings)
         status = SALVAGED if trace.salvage else READ
@@ -177,6 +188,10 @@ def load_job(paths: list[str | Path], jobs: Optional[int] = None,
     logs, dumps = [], []
     for f in found:
         if f.kind in (NCCL_LOG, FR_DUMP):
+            if keep_folder is not None and not _under(f.path, keep_folder):
+                records.append(FileRecord(f.path, f.kind, SKIPPED, "in another job's folder; this run analyses "
+                                          f"{keep_folder}"))
+                continue
             value, err = _parse_other(f.kind, f.path)
             if value is None:
                 records.append(FileRecord(f.path, f.kind, FAILED, err))
@@ -186,7 +201,12 @@ def load_job(paths: list[str | Path], jobs: Optional[int] = None,
             warnings.extend(w)
             records.append(FileRecord(f.path, f.kind, READ, "; ".join(w[:1]), getattr(value, "rank", None)))
 
-    stderr_logs = _load_stderr(found, jobs, records, warnings)
+    mine = found
+    if keep_folder is not None:  # another job's stderr files stay out (listed as skipped)
+        mine = [f for f in found if _under(f.path, keep_folder)]
+        records += [FileRecord(f.path, f.kind, SKIPPED, f"in another job's folder; this run analyses {keep_folder}")
+                    for f in found if f.kind == STDERR and not _under(f.path, keep_folder)]
+    stderr_logs = _load_stderr(mine, jobs, records, warnings)
 
     worlds = {t.world_size for t in traces.values() if t.world_size}
     world = max(worlds) if worlds else None
@@ -196,8 +216,41 @@ def load_job(paths: list[str | Path], jobs: Optional[int] = None,
     records.sort(key=lambda r: r.path)
     step_metrics = (pd.concat(metrics, ignore_index=True).sort_values(["rank", "step"], kind="stable")
                     .reset_index(drop=True) if metrics else pd.DataFrame())
-    return Job(records, dict(sorted(traces.items())), step_metrics, logs, dumps, world, missing, warnings,
-               stderr_logs=stderr_logs)
+    out = Job(records, dict(sorted(traces.items())), step_metrics, logs, dumps, world, missing, warnings,
+              stderr_logs=stderr_logs)
+    out.jobs = found_jobs
+    return out
+
+
+def _under(path: str, folder: str) -> bool:
+    p = os.path.abspath(path)
+    return p == folder or p.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def _split_jobs(paths: list[str], results: list, wanted: Optional[str]) -> tuple[list[dict], dict[str, str],
+                                                                                 Optional[str]]:
+    """(the jobs found as dicts, {path of a trace of another job: why skipped}, folder of the chosen job when
+    jobs were told apart by sub-folder) — empty when the traces are one job."""
+    from analyzer.load.jobs import TraceInfo, choose, group_jobs
+    infos = []
+    for path, (trace, _, _) in zip(paths, results):
+        if trace is None:
+            continue
+        a = trace.activity
+        start = int(a["start"].min()) if len(a) else None
+        end = int(a["end"].max()) if len(a) else None
+        infos.append(TraceInfo(path, trace.rank, trace.world_size, start, end))
+    groups = group_jobs(infos)
+    if len(groups) < 2:
+        if wanted is not None and str(wanted).strip() not in ("", "1", "job"):
+            raise ValueError(f"--job {wanted!r}: the inputs hold one job only")
+        return [], {}, None
+    sel = choose(groups, wanted)
+    why = ", ".join(sorted({w for g in groups for w in g.told_by}))
+    skipped = {p: f"belongs to another job ({g.label}; told apart by {why}); this run analyses {sel.label} "
+                  f"(choose with --job)" for g in groups if g is not sel for p in g.paths}
+    folder = sel.folder if "sub-folder" in sel.told_by else None
+    return [g.to_dict(g is sel) for g in groups], skipped, folder
 
 
 def _map(fn, items: list[str], jobs: int, progress) -> list:

@@ -39,3 +39,25 @@ def hta_overlap_pct(trace: KinetoTrace) -> float:
     if comm_len == 0:
         return float("nan")
     return 100.0 * iv.total(iv.intersect(comm, comp)) / comm_len
+
+
+def hta_window(trace: KinetoTrace) -> KinetoTrace:
+    """The trace as HTA 0.5.0 sees it: activity launched before the last ProfilerStep, starts rounded up and
+    ends rounded down to whole microseconds (a copy; the original is untouched)."""
+    import dataclasses
+
+    a = trace.activity
+    keep = np.ones(len(a), dtype=bool)
+    if len(trace.steps) > 1:
+        launch = a["launch_start"].to_numpy()
+        keep = (launch >= 0) & (launch < trace.steps["start"].max())
+    a = a[keep].copy()
+    a["start"] = -((-a["start"].to_numpy()) // 1000) * 1000
+    a["end"] = np.maximum((a["end"].to_numpy() // 1000) * 1000, a["start"].to_numpy())
+    return dataclasses.replace(trace, activity=a.reset_index(drop=True))
+
+
+def hta_kernel_breakdown(trace: KinetoTrace):
+    """Our kernel breakdown on HTA's window: per name the sum/max/min/mean HTA's get_gpu_kernel_breakdown reports."""
+    from analyzer.rank.breakdown import kernel_breakdown
+    return kernel_breakdown(hta_window(trace), within_steps=False)

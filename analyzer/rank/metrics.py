@@ -44,7 +44,7 @@ def step_windows(trace: KinetoTrace) -> tuple[np.ndarray, np.ndarray, np.ndarray
 
 
 def rank_step_metrics(trace: KinetoTrace) -> pd.DataFrame:
-    """One row per step (or one whole-trace row) with the metrics of DESIGN §3."""
+    """One row per step (or one whole-trace row) with the metrics of docs/metrics.md."""
     steps, lo, hi, whole = step_windows(trace)
     sets = kind_sets(trace)
     overlap_set = iv.intersect(sets["comm"], sets["compute"])

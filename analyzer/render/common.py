@@ -182,3 +182,64 @@ def registry_rules() -> list[dict]:
         doc = get("doc") or get("__doc__") or getattr(get("func") or get("fn"), "__doc__", None) or ""
         out.append({"id": str(rid), "title": get("title") or "", "severity": get("severity"), "doc": str(doc).strip()})
     return out
+
+
+def consequence_lines(finding: dict) -> list[str]:
+    """What a root cause explains, one line each: 'WARNING LOAD001 Rank 7 is a straggler [rank 7]'."""
+    out = []
+    for c in finding.get("consequences") or []:
+        subj = subject_text({"subject": c.get("subject") or {"ranks": c.get("ranks") or []}})
+        line = f"{str(c.get('severity') or '').upper()} {c.get('id', '')} {c.get('title', '')}".strip()
+        out.append(line + (f" [{subj}]" if subj else ""))
+    return out
+
+
+def explained_by(report: dict, rule_id: str, rank: Optional[int] = None) -> Optional[str]:
+    """The id of the root finding that lists ``rule_id`` (about ``rank``) among its consequences, if any."""
+    for f in report.get("findings") or []:
+        for c in f.get("consequences") or []:
+            if c.get("id") == rule_id and (rank is None or rank in (c.get("ranks") or [])):
+                return str(f.get("id"))
+    return None
+
+
+def skipped_summary(report: dict, examples: int = 3) -> list[tuple[str, int, list[str]]]:
+    """Skipped inputs by reason, the most frequent first: (reason, count, the first few paths)."""
+    inputs = report.get("inputs") or {}
+    rows = inputs.get("skipped_by_reason")
+    if rows is None:  # a report from before skipped_by_reason: group here
+        by: dict[str, list[str]] = {}
+        for f in inputs.get("files") or []:
+            if f.get("status") == "skipped":
+                by.setdefault(str(f.get("message") or "skipped"), []).append(str(f.get("path")))
+        rows = [{"reason": k, "count": len(v), "examples": v} for k, v in by.items()]
+        rows.sort(key=lambda r: (-r["count"], r["reason"]))
+    return [(str(r["reason"]), int(r["count"]), [str(p) for p in (r.get("examples") or [])[:examples]])
+            for r in rows]
+
+
+def nothing_analysed(report: dict) -> Optional[str]:
+    """Why nothing was analysed, or None when something was."""
+    if report.get("analysed", True):
+        return None
+    return str(report.get("nothing_analysed") or "no input could be read")
+
+
+def mb(nbytes: Optional[float]) -> str:
+    """Bytes as decimal megabytes with 3 decimals ('-' when unknown)."""
+    return "-" if nbytes is None else f"{nbytes / 1e6:.3f}"
+
+
+def job_shape(report: dict) -> str:
+    """'tp=2 pp=2 dp=2 (pipeline 1f1b, p=2 m=4)' from the process-group roles; groups of one rank say nothing."""
+    cr = report.get("cross_rank") or {}
+    sizes: dict[str, int] = {}
+    for g in cr.get("process_groups") or []:
+        role = g.get("role")
+        if role in ("tp", "dp", "fsdp", "pp", "ep") and g.get("size") and int(g["size"]) > 1:
+            sizes[role] = max(sizes.get(role, 0), int(g["size"]))
+    parts = [f"{k}={v}" for k, v in sizes.items()]
+    pipe = cr.get("pipeline") or {}
+    if pipe.get("detected"):
+        parts.append(f"(pipeline {pipe.get('schedule', 'unknown')}, p={pipe.get('p')} m={pipe.get('m')})")
+    return " ".join(parts)

@@ -15,8 +15,50 @@ from analyzer.render import timeline_data as td  # noqa: E402
 
 COLORS = {"compute": "#4C78A8", "comm": "#F58518", "memcpy": "#54A24B", "idle": "#E8E8E8", "bubble": "#E45756"}
 LINK_PEAK_GBPS = {"nvlink": 150.0, "ib": 25.0, "socket": 1.25}  # nominal: V100 NVLink2, HDR 200 Gb/s, 10 GbE
-MAX_RANKS = 64
+MAX_RANKS = 64      # rank rows labelled one by one up to this many
+SCREENFUL = 32      # timeline rows: past this, a sample of ranks (said in the title)
+MAX_TICKS = 32      # tick labels on a rank axis
 WIDTH = 11.0
+
+
+def sample_ranks(ranks: list[int], keep: int, first: Optional[list[int]] = None) -> list[int]:
+    """``keep`` ranks out of ``ranks``: those in ``first`` (straggler, slowest, fastest), then evenly spaced."""
+    if len(ranks) <= keep:
+        return list(ranks)
+    chosen = [r for r in dict.fromkeys(first or []) if r in set(ranks)][:keep]
+    rest = [r for r in ranks if r not in set(chosen)]
+    need = keep - len(chosen)
+    if need > 0:
+        idx = np.unique(np.linspace(0, len(rest) - 1, num=need).round().astype(int))
+        chosen += [rest[i] for i in idx]
+    return sorted(chosen)
+
+
+def _thin_ticks(n: int) -> np.ndarray:
+    """Positions of at most MAX_TICKS evenly spaced tick labels over n rows."""
+    if n <= MAX_TICKS:
+        return np.arange(n)
+    return np.unique(np.linspace(0, n - 1, num=MAX_TICKS).round().astype(int))
+
+
+def _notable_ranks(report: dict, step: Optional[int] = None) -> list[int]:
+    """The straggler, then the slowest and fastest rank (of ``step``, else overall)."""
+    out = []
+    strag = ((report.get("cross_rank") or {}).get("stragglers") or {}).get("straggler")
+    if strag is not None:
+        out.append(int(strag))
+    rows = [r for r in (report.get("metrics") or {}).get("per_step") or []
+            if r.get("step_time_us") is not None and (step is None or r.get("step") == step)]
+    if rows:
+        out.append(int(max(rows, key=lambda r: r["step_time_us"])["rank"]))
+        out.append(int(min(rows, key=lambda r: r["step_time_us"])["rank"]))
+    return out
+
+
+def timeline_ranks(job: Any, report: dict, step: int) -> tuple[list[int], int]:
+    """(ranks the timeline draws, ranks there are): all up to a screenful, else a stated sample."""
+    ranks = sorted(job.traces)
+    return sample_ranks(ranks, SCREENFUL, _notable_ranks(report, step)), len(ranks)
 
 
 def _png(fig: Any) -> bytes:
@@ -31,9 +73,12 @@ def _rank_label(r: int, straggler: Optional[int]) -> str:
 
 
 def timeline(job: Any, report: dict, step: int, title: str, link: bool = True) -> Optional[bytes]:
-    """Aligned multi-rank timeline of one step: compute / memcpy (lower half), comm (upper half), idle grey."""
+    """Aligned multi-rank timeline of one step: compute / memcpy (upper half of a row), comm (lower half), idle
+    grey. Past a screenful of ranks, a sample: the straggler, the slowest and fastest, then evenly spaced."""
     offs, aligned = td.offsets_ns(report)
-    ranks = sorted(job.traces)[:MAX_RANKS]
+    ranks, total = timeline_ranks(job, report, step)
+    if len(ranks) < total:
+        title += f" — {len(ranks)} of {total} ranks (straggler, slowest, fastest, then evenly spaced)"
     straggler = ((report.get("cross_rank") or {}).get("stragglers") or {}).get("straggler")
     wins = {}
     for r in ranks:
@@ -82,37 +127,53 @@ def timeline(job: Any, report: dict, step: int, title: str, link: bool = True) -
     if link:
         handles.append(plt.Line2D([0], [0], color="#333333", lw=0.8))
         labels.append("same collective")
-    ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.12 - 0.6 / max(len(ys), 4)), ncol=5,
-              fontsize=8, frameon=False)
+    ax.legend(handles, labels, loc="lower left", bbox_to_anchor=(0.0, 1.0 + 0.25 / max(len(ys), 1)), ncol=5,
+              fontsize=8, frameon=False, borderaxespad=1.2)
     ax.grid(axis="x", color="#cccccc", lw=0.5)
     return _png(fig)
 
 
-def heatmap(report: dict, column: str, title: str, cmap: str = "viridis") -> Optional[bytes]:
-    """Rank × step heatmap of a per-step metric (µs shown as ms)."""
+def heatmap(report: dict, column: str, title: str, cmap: str = "viridis", relative: bool = False
+            ) -> Optional[bytes]:
+    """Rank × step heatmap of a per-step metric. ``relative``: colour = % above/below the step's median rank
+    (diverging, at least ±10 % so a clean job looks flat); else ms from 0 to the largest value. Every rank is
+    drawn; past MAX_RANKS rows only evenly spaced ranks are labelled."""
     rows = (report.get("metrics") or {}).get("per_step") or []
     df = pd.DataFrame(rows)
     if df.empty or column not in df or df[column].isna().all():
         return None
     piv = df.pivot_table(index="rank", columns="step", values=column, aggfunc="mean") / 1000.0
-    piv = piv.iloc[:MAX_RANKS]
-    fig, ax = plt.subplots(figsize=(min(WIDTH, 2.5 + 0.7 * piv.shape[1]), 1.0 + 0.28 * piv.shape[0]))
-    im = ax.imshow(piv.to_numpy(), aspect="auto", cmap=cmap, interpolation="nearest")
+    n = piv.shape[0]
+    vals = piv.to_numpy()
+    height = min(9.0, 1.2 + 0.28 * n) if n <= MAX_RANKS else 7.0
+    fig, ax = plt.subplots(figsize=(min(WIDTH, 3.0 + 0.7 * piv.shape[1]), height))
+    if relative:
+        med = np.nanmedian(vals, axis=0, keepdims=True)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            dev = 100.0 * (vals / med - 1.0)
+        lim = max(10.0, float(np.nanmax(np.abs(dev))) if np.isfinite(dev).any() else 10.0)
+        im = ax.imshow(dev, aspect="auto", cmap="RdBu_r", vmin=-lim, vmax=lim, interpolation="nearest")
+        label = "% vs the step's median rank"
+    else:
+        top = float(np.nanmax(vals)) if np.isfinite(vals).any() else 1.0
+        im = ax.imshow(vals, aspect="auto", cmap=cmap, vmin=0.0, vmax=top or 1.0, interpolation="nearest")
+        label = "ms"
     ax.set_xticks(range(piv.shape[1]))
     ax.set_xticklabels(["all" if s == -1 else str(s) for s in piv.columns], fontsize=8)
-    ax.set_yticks(range(piv.shape[0]))
-    ax.set_yticklabels([str(r) for r in piv.index], fontsize=8)
+    ticks = _thin_ticks(n)
+    ax.set_yticks(ticks)
+    ax.set_yticklabels([str(piv.index[i]) for i in ticks], fontsize=8)
     ax.set_xlabel("step")
-    ax.set_ylabel("rank")
+    ax.set_ylabel("rank" if len(ticks) == n else f"rank (all {n}; evenly spaced ones labelled)")
     ax.set_title(title, fontsize=10, loc="left")
-    if piv.size <= 200:
-        vals = piv.to_numpy()
-        mid = np.nanmean(vals)
+    if piv.size <= 200 and n <= MAX_TICKS:  # the values themselves, in a colour that reads on the cell
+        shown = dev if relative else vals
         for (i, j), v in np.ndenumerate(vals):
             if not np.isnan(v):
+                r, g, b, _ = im.cmap(im.norm(shown[i, j]))
                 ax.text(j, i, f"{v:.1f}", ha="center", va="center", fontsize=7,
-                        color="white" if v < mid else "black")
-    fig.colorbar(im, ax=ax, label="ms", fraction=0.05)
+                        color="black" if 0.299 * r + 0.587 * g + 0.114 * b > 0.5 else "white")
+    fig.colorbar(im, ax=ax, label=label, fraction=0.05)
     return _png(fig)
 
 
@@ -122,17 +183,20 @@ def share_bars(report: dict) -> Optional[bytes]:
     df = pd.DataFrame(rows)
     if df.empty:
         return None
-    df = df.iloc[:MAX_RANKS]
     x = np.arange(len(df))
     fig, ax = plt.subplots(figsize=(WIDTH, 3.2))
     wdt = 0.27
-    for i, (col, label, color) in enumerate((("overlap_coverage", "overlap coverage", "#4C78A8"),
-                                             ("comm_share", "comm share", "#F58518"),
-                                             ("exposed_comm_share", "exposed comm share", "#E45756"))):
+    series = (("overlap_coverage", "overlap coverage", "#4C78A8"), ("comm_share", "comm share", "#F58518"),
+              ("exposed_comm_share", "exposed comm share", "#E45756"))
+    for i, (col, label, color) in enumerate(series):
         vals = pd.to_numeric(df.get(col), errors="coerce").fillna(0).to_numpy() * 100
-        ax.bar(x + (i - 1) * wdt, vals, wdt, label=label, color=color)
-    ax.set_xticks(x)
-    ax.set_xticklabels([str(r) for r in df["rank"]], fontsize=8)
+        if len(df) <= MAX_RANKS:
+            ax.bar(x + (i - 1) * wdt, vals, wdt, label=label, color=color)
+        else:  # too many ranks for bars: one line per share, every rank a point
+            ax.plot(x, vals, lw=1.0, label=label, color=color)
+    ticks = _thin_ticks(len(df))
+    ax.set_xticks(ticks)
+    ax.set_xticklabels([str(df["rank"].iloc[i]) for i in ticks], fontsize=8)
     ax.set_xlabel("rank")
     ax.set_ylabel("% (coverage of comm; share of step)")
     ax.set_ylim(0, 105)
@@ -142,21 +206,33 @@ def share_bars(report: dict) -> Optional[bytes]:
 
 
 def wait_matrix(job: Any, report: dict) -> Optional[bytes]:
-    """Which rank waited for which: µs each rank (row) waited in collectives where another rank (column) came last."""
-    ranks = sorted(job.traces)[:MAX_RANKS]
+    """Which rank waited for which: µs each rank (row) waited in collectives where another rank (column) came last.
+    Past MAX_TICKS ranks, ranks are summed in blocks of consecutive ranks (said in the axis labels)."""
+    ranks = sorted(job.traces)
     w = td.wait_matrix(job, report, ranks)
     if not w.any():
         return None
     n = len(ranks)
-    side = min(WIDTH * 0.7, 2.5 + 0.35 * n)
+    block = int(np.ceil(n / MAX_TICKS)) if n > MAX_TICKS else 1
+    labels = [str(r) for r in ranks]
+    if block > 1:
+        k = int(np.ceil(n / block))
+        pad = np.zeros((k * block, k * block))
+        pad[:n, :n] = w
+        w = pad.reshape(k, block, k, block).sum(axis=(1, 3))
+        labels = [f"{ranks[i * block]}-{ranks[min(n, (i + 1) * block) - 1]}" for i in range(k)]
+    m = len(labels)
+    side = min(WIDTH * 0.7, 2.5 + 0.3 * m)
     fig, ax = plt.subplots(figsize=(side + 1.2, side))
     im = ax.imshow(w / 1000.0, cmap="Reds", interpolation="nearest")
-    ax.set_xticks(range(n))
-    ax.set_yticks(range(n))
-    ax.set_xticklabels([str(r) for r in ranks], fontsize=7)
-    ax.set_yticklabels([str(r) for r in ranks], fontsize=7)
-    ax.set_xlabel("waited for (last to arrive)")
-    ax.set_ylabel("waiting rank")
+    ax.set_xticks(range(m))
+    ax.set_yticks(range(m))
+    fs = 7 if block == 1 else 6
+    ax.set_xticklabels(labels, fontsize=fs, rotation=90 if block > 1 else 0)
+    ax.set_yticklabels(labels, fontsize=fs)
+    what = "" if block == 1 else f" (ranks summed in blocks of {block})"
+    ax.set_xlabel("waited for (last to arrive)" + what)
+    ax.set_ylabel("waiting rank" + what)
     fig.colorbar(im, ax=ax, label="total wait, ms", fraction=0.046)
     return _png(fig)
 
@@ -174,8 +250,8 @@ def bandwidth(job: Any, report: dict) -> Optional[bytes]:
     if pts.empty:
         return None
     fig, ax = plt.subplots(figsize=(WIDTH * 0.8, 3.6))
-    for op, grp in pts.groupby("op"):
-        ax.scatter(grp["bytes"], grp["busbw_gbps"], s=14, alpha=0.7, label=str(op))
+    for (op, grp), marker in zip(pts.groupby("op"), "oxs^vD+*"):
+        ax.scatter(grp["bytes"], grp["busbw_gbps"], s=16, alpha=0.7, label=str(op), marker=marker)
     classes = {g.get("link_class") for g in by_group} & set(LINK_PEAK_GBPS)
     for c in sorted(classes):
         ax.axhline(LINK_PEAK_GBPS[c], ls="--", lw=1, color="#666666")

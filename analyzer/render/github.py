@@ -1,7 +1,8 @@
 """GitHub Actions workflow commands: one ::error/::warning/::notice annotation per finding."""
 from __future__ import annotations
 
-from analyzer.render.common import cost_text, evidence_texts, fallback_file, finding_location, printable, subject_text
+from analyzer.render.common import (consequence_lines, cost_text, evidence_texts, fallback_file, finding_location,
+                                    nothing_analysed, printable, subject_text)
 
 _LEVEL = {"error": "error", "warning": "warning", "info": "notice"}
 
@@ -40,6 +41,10 @@ def render_github(report: dict) -> str:
             body.append(c)
         if f.get("fix"):
             body.append(f"fix: {f['fix']}")
+        body += [f"explains: {c}" for c in consequence_lines(f)]
         out.append(f"::{level} {','.join(props)}::{escape_data(chr(10).join(body))}")
+    why = nothing_analysed(report)
+    if why:
+        out.append(f"::error title=analyze::{escape_data('nothing was analysed: ' + why)}")
     out.append(f"::notice title=analyze::{escape_data(str(report.get('verdict', '')))}")
     return "\n".join(out) + "\n"

@@ -5,7 +5,8 @@ import base64
 from html import escape
 from typing import Any, Optional
 
-from analyzer.render.common import cost_text, evidence_texts, ms, num, pct, printable, ranges, subject_text
+from analyzer.render.common import (consequence_lines, cost_text, evidence_texts, explained_by, mb, ms,
+                                    nothing_analysed, num, pct, printable, ranges, skipped_summary, subject_text)
 
 CSS = """
 body{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:0;background:#fafafa;color:#222}
@@ -28,6 +29,7 @@ td:first-child,th:first-child{text-align:left}
 tr.hl td{background:#ffebee;font-weight:bold}
 details{margin:8px 0} summary{cursor:pointer;color:#1565c0}
 code{background:#f3f3f3;padding:0 3px}
+.explains{margin-top:4px;color:#444} .explains ul{margin:2px 0}
 """
 
 
@@ -59,7 +61,8 @@ def _fold(title: str, inner: str, rows: int, over: int = 16) -> str:
 
 
 def pick_steps(report: dict) -> tuple[Optional[int], Optional[int]]:
-    """(representative step: mean step time closest to the median; worst step: the longest step on any rank)."""
+    """(representative step: mean step time closest to the median; worst step: the longest mean step time over
+    the ranks, i.e. the step that cost the job the most time)."""
     rows = (report.get("metrics") or {}).get("per_step") or []
     by: dict[int, list[float]] = {}
     for r in rows:
@@ -71,7 +74,7 @@ def pick_steps(report: dict) -> tuple[Optional[int], Optional[int]]:
     order = sorted(means, key=lambda s: means[s])
     median = means[order[len(order) // 2]]
     rep = min(means, key=lambda s: (abs(means[s] - median), s))
-    worst = max(by, key=lambda s: (max(by[s]), -s))
+    worst = max(means, key=lambda s: (means[s], -s))
     return rep, worst
 
 
@@ -80,8 +83,17 @@ def _header(report: dict) -> str:
     s = job.get("summary") or {}
     cr = report.get("cross_rank") or {}
     verdict = str(report.get("verdict") or "")
-    head = verdict.split(":")[0] if verdict else "OK"
-    facts = [f"ranks {len(job.get('ranks') or [])}" + (f" / {job['world_size']}" if job.get("world_size") else "")]
+    head, _, rest = verdict.partition(":")
+    head = head if head in ("FAIL", "WARN", "OK") else "OK"
+    inputs = report.get("inputs") or {}
+    ranks = job.get("ranks") or []
+    if ranks:
+        facts = [f"ranks {len(ranks)}" + (f" / {job['world_size']}" if job.get("world_size") else "")]
+    else:  # a dump- or log-only post-mortem: say what there is instead of "ranks 0"
+        files = inputs.get("files") or []
+        n_fr = sum(1 for f in files if f.get("kind") == "flight_recorder" and f.get("status") in ("read", "salvaged"))
+        n_log = sum(1 for f in files if f.get("kind") == "nccl_log" and f.get("status") in ("read", "salvaged"))
+        facts = [f"no profiler traces: {n_fr} Flight Recorder dump(s), {n_log} NCCL/watchdog log(s)"]
     hosts = sorted(set(((cr.get("hosts") or {}).get("rank_to_host") or {}).values()))
     if hosts:
         facts.append(f"hosts {len(hosts)}")
@@ -94,18 +106,24 @@ def _header(report: dict) -> str:
                   f"overlap {pct(s.get('overlap_coverage'))}", f"idle {pct(s.get('idle_share'))}"]
     strag = (cr.get("stragglers") or {}).get("straggler")
     if strag is not None:
-        facts.append(f"straggler: rank {strag}")
+        by = explained_by(report, "LOAD001", int(strag))
+        facts.append(f"straggler: rank {strag}" + (f" (explained by {by}, below)" if by else ""))
     pipe = cr.get("pipeline") or {}
     if pipe.get("detected"):
         facts.append(f"pipeline {pipe.get('schedule')} p={pipe.get('p')} m={pipe.get('m')}, bubble "
                      f"{pct(pipe.get('mean_bubble_rate'))}")
     if job.get("missing_ranks"):
         facts.append(f"missing ranks {ranges(job['missing_ranks'])}")
-    inputs = report.get("inputs") or {}
+    jobs = inputs.get("jobs") or []
+    if len(jobs) > 1:
+        sel = next((j for j in jobs if j.get("selected")), jobs[0])
+        facts.append(f"job {sel.get('label')} of {len(jobs)} in the inputs (--job to choose)")
     tool = report.get("tool") or {}
+    why = nothing_analysed(report)
     return (f"<h1>Distributed training trace analysis</h1>"
-            f'<p><span class="badge {_e(head)}">{_e(head)}</span> {_e(verdict)}</p>'
-            f'<div class="facts">{"".join(f"<span class=fact>{_e(x)}</span>" for x in facts)}</div>'
+            f'<p><span class="badge {_e(head)}">{_e(head)}</span> {_e(rest.strip() or verdict)}</p>'
+            + (f'<p class="finding error"><b>Nothing was analysed:</b> {_e(why)}</p>' if why else "")
+            + f'<div class="facts">{"".join(f"<span class=fact>{_e(x)}</span>" for x in facts)}</div>'
             f'<p class="meta">inputs: {inputs.get("read", 0)} read, {inputs.get("salvaged", 0)} salvaged, '
             f'{inputs.get("skipped", 0)} skipped, {inputs.get("failed", 0)} failed · '
             f'{_e(tool.get("name", "analyze"))} {_e(tool.get("version", ""))}</p>')
@@ -127,8 +145,17 @@ def _findings(report: dict) -> str:
                    f'<code>{_e(f.get("id", ""))}</code> <b>{_e(f.get("title", ""))}</b>'
                    + (f'<div class="meta">{_e(meta)}</div>' if meta else "")
                    + (f"<ul>{ev}</ul>" if ev else "")
-                   + (f'<div class="fix"><b>Fix:</b> {_e(f["fix"])}</div>' if f.get("fix") else "") + "</div>")
+                   + (f'<div class="fix"><b>Fix:</b> {_e(f["fix"])}</div>' if f.get("fix") else "")
+                   + _explains(f) + "</div>")
     return "".join(out)
+
+
+def _explains(f: dict) -> str:
+    cons = consequence_lines(f)
+    if not cons:
+        return ""
+    return (f'<div class="explains"><b>Explains</b> ({len(cons)}; listed here, not as findings of their own):'
+            f'<ul>{"".join(f"<li>{_e(c)}</li>" for c in cons)}</ul></div>')
 
 
 def _hang(report: dict) -> str:
@@ -165,37 +192,49 @@ def _figures(report: dict, job: Any) -> str:
     if job is not None and getattr(job, "traces", None) and rep is not None:
         name = "whole trace" if rep == -1 else f"step {rep}"
         out.append("<h2>Timeline</h2>")
+        drawn, total = fg.timeline_ranks(job, report, rep)
+        sample = (f" {len(drawn)} of {total} ranks are drawn: the straggler, the slowest and the fastest, then "
+                  "evenly spaced ones (analyze --timeline writes every rank)." if len(drawn) < total else "")
         out.append(_img(fg.timeline(job, report, rep, f"representative {name}"), f"timeline of {name}",
-                        "Per rank: compute and memcpy (lower half), communication (upper half), idle in grey; thin "
-                        "lines join the ends of the same collective on every rank."))
+                        "Per rank: compute and memcpy (upper half of each row), communication (lower half), idle in "
+                        "grey; thin lines join the ends of the same collective on every rank." + sample))
         if worst is not None and worst != rep:
             out.append(_img(fg.timeline(job, report, worst, f"worst step {worst}"), f"timeline of step {worst}",
-                            "The step with the longest step time on any rank."))
+                            "The step with the longest mean step time over the ranks (the one that cost the job most)."))
         out.append(_img(fg.pipeline(job, report, rep), "pipeline schedule",
                         "One rank per pipeline stage; hatched red = bubble (no compute inside the stage's window)."))
-    heat = [fg.heatmap(report, "step_time_us", "step time per rank and step (ms)"),
+    heat = [fg.heatmap(report, "step_time_us", "step time per rank and step: % vs the step's median rank",
+                       relative=True),
             fg.heatmap(report, "exposed_comm_us", "exposed communication per rank and step (ms)", "magma")]
+    n_ranks = len((report.get("job") or {}).get("ranks") or [])
+    every = f" All {n_ranks} ranks are drawn; evenly spaced ones are labelled." if n_ranks > fg.MAX_RANKS else ""
     if any(heat):
         out.append("<h2>Per rank and step</h2>")
         out.append(_img(heat[0], "step time heatmap",
-                        "Step time of each rank in each step; in a synchronous job the ranks mostly agree, and a "
-                        "slow step shows as a bright column."))
+                        "Step time of each rank in each step, as % above (red) or below (blue) the step's median "
+                        "rank (the numbers are ms). The colour range is at least ±10 %, so a clean job looks "
+                        "flat. In a synchronous job every rank shares the step time (the others wait for a "
+                        "straggler), so a straggler shows below, as the rank with the least exposed comm." + every))
         out.append(_img(heat[1], "exposed comm heatmap",
-                        "Exposed (not overlapped) communication: the ranks that wait for a straggler show long "
-                        "exposed comm, the straggler itself the least (it waits for nobody)."))
+                        "Exposed (not overlapped) communication, ms, colour from 0: the ranks that wait for a "
+                        "straggler show long exposed comm, the straggler itself the least (it waits for nobody)."
+                        + every))
     bars = fg.share_bars(report)
     if bars:
         out.append("<h2>Overlap and communication share</h2>")
         out.append(_img(bars, "overlap coverage and comm share per rank",
                         "Overlap coverage = share of comm time hidden under compute; comm / exposed comm share = "
-                        "fraction of the step."))
+                        "fraction of the step." + (" One line per share, every rank a point." if
+                                                   n_ranks > fg.MAX_RANKS else "")))
     if job is not None and getattr(job, "traces", None):
         wm = fg.wait_matrix(job, report)
         bw = fg.bandwidth(job, report)
         if wm:
             out.append("<h2>Collective wait matrix</h2>")
             out.append(_img(wm, "collective wait matrix",
-                            "Row rank waited (sum over collectives) for the column rank, the last to arrive."))
+                            "Row rank waited (sum over collectives) for the column rank, the last to arrive."
+                            + (f" With {n_ranks} ranks, consecutive ranks are summed in blocks."
+                               if n_ranks > fg.MAX_TICKS else "")))
         if bw:
             out.append("<h2>Bus bandwidth</h2>")
             out.append(_img(bw, "bus bandwidth per collective size",
@@ -215,7 +254,8 @@ def _tables(report: dict) -> str:
                  pct(per.get(r["rank"], {}).get("pct_last"))] for r in rows]
         hl = {i for i, r in enumerate(rows) if r["rank"] == strag.get("straggler")}
         out.append("<h2>Per rank</h2>" + _fold("per-rank table", _table(
-            ["rank", "mean step ms", "comm share", "exposed comm", "overlap", "idle", "last to arrive"], body, hl),
+            ["rank", "mean step ms", "comm share %", "exposed comm %", "overlap %", "idle %", "last to arrive %"],
+            body, hl),
             len(body)))
     groups = cr.get("process_groups") or []
     if groups:
@@ -225,31 +265,40 @@ def _tables(report: dict) -> str:
             ["group", "role", "size", "ranks", "span", "ops"], body), len(body)))
     coll = (cr.get("collectives") or {}).get("by_group_op") or []
     if coll:
-        body = [[c.get("process_group", ""), c.get("op", ""), num(c.get("count")), num(c.get("bytes")),
+        from analyzer.render.text import _per_call_bytes
+        body = [[c.get("process_group", ""), c.get("op", ""), num(c.get("count")), mb(_per_call_bytes(c)),
                  ms(c.get("mean_transfer_us")), num(c.get("mean_busbw_gbps")), c.get("link_class", "")]
                 for c in coll]
-        out.append("<h2>Collectives</h2>" + _fold("collectives", _table(
-            ["group", "op", "count", "bytes", "transfer ms", "busbw GB/s", "link"], body), len(body)))
+        out.append("<h2>Collectives (per call)</h2>" + _fold("collectives", _table(
+            ["group", "op", "calls", "MB/call", "transfer ms/call", "busbw GB/s", "link"], body), len(body)))
     steps = (report.get("metrics") or {}).get("per_step") or []
     if steps:
         body = [[str(r["rank"]), "all" if r["step"] == -1 else str(r["step"]), ms(r.get("step_time_us")),
                  ms(r.get("compute_us")), ms(r.get("comm_us")), ms(r.get("exposed_comm_us")),
                  pct(r.get("overlap_coverage")), pct(r.get("comm_share")), ms(r.get("idle_us"))] for r in steps]
-        out.append("<h2>Per rank and step</h2>" + _fold("per rank and step (ms)", _table(
-            ["rank", "step", "step", "compute", "comm", "exposed", "overlap", "comm share", "idle"], body),
+        out.append("<h2>Per rank and step</h2>" + _fold("per rank and step", _table(
+            ["rank", "step", "step ms", "compute ms", "comm ms", "exposed ms", "overlap %", "comm share %",
+             "idle ms"], body),
             len(body), over=0))
     return "".join(out)
 
 
 def _problems(report: dict) -> str:
-    files = [f for f in (report.get("inputs") or {}).get("files") or [] if f.get("status") != "read"]
-    warns = [w for w in report.get("warnings") or [] if not any(w == f.get("message") for f in files)]
-    if not files and not warns:
+    files = (report.get("inputs") or {}).get("files") or []
+    bad = [f for f in files if f.get("status") in ("failed", "salvaged")]
+    messages = {f.get("message") for f in files}
+    warns = [w for w in report.get("warnings") or [] if w not in messages]
+    skipped = [f for f in files if f.get("status") == "skipped"]
+    if not bad and not warns and not skipped:
         return ""
     items = [f"<li><b>{_e(f['status'])}</b> <code>{_e(f['path'])}</code>: {_e(f.get('message', ''))}</li>"
-             for f in files] + [f"<li>{_e(w)}</li>" for w in warns]
-    return (f"<h2>Input problems and warnings</h2><details><summary>{len(items)} item(s)</summary>"
-            f"<ul>{''.join(items)}</ul></details>")
+             for f in bad] + [f"<li>{_e(w)}</li>" for w in warns]
+    for reason, n, _ in skipped_summary(report):
+        paths = [f["path"] for f in skipped if (f.get("message") or "skipped") == reason]
+        items.append(f"<li><b>skipped</b> {n} × {_e(reason)}<details><summary>{n} file(s)</summary><ul>"
+                     + "".join(f"<li><code>{_e(p)}</code></li>" for p in paths) + "</ul></details></li>")
+    return (f"<h2>Input problems and warnings</h2><details><summary>{len(bad)} failed or salvaged, "
+            f"{len(skipped)} skipped, {len(warns)} warning(s)</summary><ul>{''.join(items)}</ul></details>")
 
 
 def render_html(report: dict, job: Any = None) -> str:

@@ -4,8 +4,8 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from typing import Optional
 
-from analyzer.render.common import (evidence_texts, fails, finding_location, location_text, printable, rule_catalog,
-                                    subject_text)
+from analyzer.render.common import (consequence_lines, evidence_texts, fails, finding_location, location_text,
+                                    nothing_analysed, printable, rule_catalog, subject_text)
 
 
 def _finding_text(report: dict, f: dict) -> str:
@@ -21,6 +21,7 @@ def _finding_text(report: dict, f: dict) -> str:
         lines.append(f"cost: {100 * f['cost']:.1f}% of step time")
     if f.get("fix"):
         lines.append(f"fix: {f['fix']}")
+    lines += [f"explains: {c}" for c in consequence_lines(f)]
     return printable("\n".join(lines))
 
 
@@ -48,13 +49,21 @@ def render_junit(report: dict, fail_on: str = "error", rules: Optional[list[dict
         if others:
             out = ET.SubElement(case, "system-out")
             out.text = "\n\n".join(_finding_text(report, f) for f in others)
-    suite.set("tests", str(len(catalog)))
+    n_err = 0
+    why = nothing_analysed(report)
+    if why:  # nothing read must never look green: one testcase in error that says so
+        n_err = 1
+        case = ET.SubElement(suite, "testcase", classname="analyze.inputs", name="inputs analysed")
+        err = ET.SubElement(case, "error", type="nothing_analysed", message=printable(f"nothing was analysed: {why}"))
+        err.text = printable(f"nothing was analysed: {why}")
+    n_tests = len(catalog) + n_err
+    suite.set("tests", str(n_tests))
     suite.set("failures", str(n_fail))
-    suite.set("errors", "0")
+    suite.set("errors", str(n_err))
     suite.set("skipped", "0")
-    suites.set("tests", str(len(catalog)))
+    suites.set("tests", str(n_tests))
     suites.set("failures", str(n_fail))
-    suites.set("errors", "0")
+    suites.set("errors", str(n_err))
     props = ET.SubElement(suite, "properties")
     ET.SubElement(props, "property", name="verdict", value=printable(report.get("verdict", "")))
     ET.SubElement(props, "property", name="fail_on", value=fail_on)

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from analyzer.render.common import cost_text, evidence_texts, ms, num, pct, printable, ranges, subject_text
+from analyzer.render.common import (consequence_lines, cost_text, evidence_texts, mb, ms, num, pct, printable,
+                                    ranges, skipped_summary, subject_text)
 
 DETAILS_OVER = 12  # tables longer than this fold into <details>
 _ICON = {"error": "🔴", "warning": "🟠", "info": "🔵"}
@@ -40,6 +41,11 @@ def _head(report: dict) -> list[str]:
     inputs = report.get("inputs") or {}
     verdict = report.get("verdict") or "no verdict"
     out = [f"## Trace analysis: {md_escape(verdict)}", ""]
+    jobs = inputs.get("jobs") or []
+    if len(jobs) > 1:
+        sel = next((j for j in jobs if j.get("selected")), jobs[0])
+        out += [f"**Job {md_escape(sel.get('label'))}** of {len(jobs)} found in the inputs (not analysed: "
+                + ", ".join(md_escape(j.get("label")) for j in jobs if j is not sel) + "; choose with `--job`).", ""]
     facts = [f"**ranks** {len(job.get('ranks') or [])}" + (f" of {job['world_size']}" if job.get("world_size") else "")]
     hosts = sorted(set(((cr.get("hosts") or {}).get("rank_to_host") or {}).values()))
     if hosts:
@@ -80,6 +86,10 @@ def _findings(report: dict) -> list[str]:
             out.append(f"   - _{md_escape('; '.join(meta))}_")
         if f.get("fix"):
             out.append(f"   - **Fix:** {md_escape(f['fix'])}")
+        cons = consequence_lines(f)
+        if cons:
+            out.append(f"   - **Explains** ({len(cons)}):")
+            out += [f"     - {md_escape(c)}" for c in cons]
     return out
 
 
@@ -113,9 +123,9 @@ def _steps(report: dict) -> list[str]:
     body = [[str(r["rank"]), "all" if r["step"] == -1 else str(r["step"]), ms(r.get("step_time_us")),
              ms(r.get("compute_us")), ms(r.get("comm_us")), ms(r.get("exposed_comm_us")),
              pct(r.get("overlap_coverage")), pct(r.get("comm_share")), ms(r.get("idle_us"))] for r in rows]
-    return ["", "### Per-rank step table (ms)", ""] + md_table(
-        ["rank", "step", "step ms", "compute", "comm", "exposed comm", "overlap", "comm share", "idle"], body,
-        "per rank and step")
+    return ["", "### Per-rank step table", ""] + md_table(
+        ["rank", "step", "step ms", "compute ms", "comm ms", "exposed comm ms", "overlap %", "comm share %",
+         "idle ms"], body, "per rank and step")
 
 
 def _ranks(report: dict) -> list[str]:
@@ -129,7 +139,7 @@ def _ranks(report: dict) -> list[str]:
              pct(r.get("overlap_coverage")), pct(r.get("idle_share")), pct(per.get(r["rank"], {}).get("pct_last"))]
             for r in rows]
     return ["", "### Per-rank summary", ""] + md_table(
-        ["rank", "mean step ms", "comm share", "exposed comm", "overlap", "idle", "last to arrive"], body,
+        ["rank", "mean step ms", "comm share %", "exposed comm %", "overlap %", "idle %", "last to arrive %"], body,
         "per rank")
 
 
@@ -145,11 +155,12 @@ def _groups(report: dict) -> list[str]:
                                                         "process groups")
     coll = (cr.get("collectives") or {}).get("by_group_op") or []
     if coll:
+        from analyzer.render.text import _per_call_bytes
         body = [[md_escape(c.get("process_group", "")), md_escape(c.get("op", "")), num(c.get("count")),
-                 num(c.get("bytes")), ms(c.get("mean_transfer_us")), num(c.get("mean_busbw_gbps")),
+                 mb(_per_call_bytes(c)), ms(c.get("mean_transfer_us")), num(c.get("mean_busbw_gbps")),
                  md_escape(c.get("link_class", ""))] for c in coll]
-        out += ["", "### Collectives", ""] + md_table(
-            ["group", "op", "count", "bytes", "transfer ms", "busbw GB/s", "link"], body, "collectives")
+        out += ["", "### Collectives (per call)", ""] + md_table(
+            ["group", "op", "calls", "MB/call", "transfer ms/call", "busbw GB/s", "link"], body, "collectives")
     pipe = cr.get("pipeline") or {}
     if pipe.get("detected"):
         out += ["", f"Pipeline: **{md_escape(pipe.get('schedule'))}**, p={pipe.get('p')}, m={pipe.get('m')}, "
@@ -158,13 +169,19 @@ def _groups(report: dict) -> list[str]:
 
 
 def _problems(report: dict) -> list[str]:
-    files = [f for f in (report.get("inputs") or {}).get("files") or [] if f.get("status") != "read"]
+    """Failed and salvaged files one per line; skipped files counted by reason with the first few names."""
+    files = (report.get("inputs") or {}).get("files") or []
+    bad = [f for f in files if f.get("status") in ("failed", "salvaged")]
     warns = report.get("warnings") or []
-    if not files and not warns:
+    skipped = [f for f in files if f.get("status") == "skipped"]
+    if not bad and not warns and not skipped:
         return []
-    lines = [f"- **{md_escape(f['status'])}** {md_code(f['path'])}: {md_escape(f.get('message', ''))}"
-             for f in files]
-    lines += [f"- {md_escape(w)}" for w in warns if not any(w == f.get("message") for f in files)]
+    lines = [f"- **{md_escape(f['status'])}** {md_code(f['path'])}: {md_escape(f.get('message', ''))}" for f in bad]
+    for reason, n, ex in skipped_summary(report):
+        lines.append(f"- **skipped** {n} × {md_escape(reason)}: " + ", ".join(md_code(p) for p in ex)
+                     + (", …" if n > len(ex) else ""))
+    messages = {f.get("message") for f in files}
+    lines += [f"- {md_escape(w)}" for w in warns if w not in messages]
     if len(lines) > DETAILS_OVER:
         return ["", f"<details><summary>Input problems and warnings ({len(lines)})</summary>", ""] + lines + [
             "", "</details>"]

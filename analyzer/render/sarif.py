@@ -7,8 +7,8 @@ from urllib.parse import quote
 
 import orjson
 
-from analyzer.render.common import cost_text, evidence_texts, fallback_file, finding_location, rule_catalog, \
-    subject_text
+from analyzer.render.common import (consequence_lines, cost_text, evidence_texts, fallback_file, finding_location,
+                                    nothing_analysed, rule_catalog, subject_text)
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 _LEVEL = {"error": "error", "warning": "warning", "info": "note"}
@@ -30,8 +30,10 @@ def _result(report: dict, f: dict, rule_index: dict[str, int]) -> dict:
     if subj:
         text += f" ({subj})"
     ev = evidence_texts(f)
+    cons = consequence_lines(f)
     md = [text] + [f"- {e}" for e in ev] + ([cost_text(f)] if cost_text(f) else []) + (
-        [f"Fix: {f['fix']}"] if f.get("fix") else [])
+        [f"Fix: {f['fix']}"] if f.get("fix") else []) + ([f"Explains ({len(cons)}):"] + [f"- {c}" for c in cons]
+                                                         if cons else [])
     res: dict = {
         "ruleId": fid,
         "ruleIndex": rule_index[fid],
@@ -52,6 +54,10 @@ def _result(report: dict, f: dict, rule_index: dict[str, int]) -> dict:
     s = f.get("subject") or {}
     if any(v not in (None, [], "") for v in s.values()):
         props["subject"] = s
+    if f.get("consequences"):
+        props["consequences"] = [{"id": c.get("id"), "title": c.get("title"), "severity": c.get("severity"),
+                                  "subject": c.get("subject") or {"ranks": c.get("ranks") or []}}
+                                 for c in f["consequences"]]
     if props:
         res["properties"] = props
     res["partialFingerprints"] = {"analyzeFinding/v1": f"{fid}:{subj}"}
@@ -79,6 +85,12 @@ def sarif_dict(report: dict, rules: Optional[list[dict]] = None) -> dict:
         "results": [_result(report, f, rule_index) for f in report.get("findings") or []],
         "properties": {"verdict": report.get("verdict", "")},
     }
+    why = nothing_analysed(report)
+    inv: dict = {"executionSuccessful": why is None}
+    if why:  # zero results must not read as a clean run: say that nothing was analysed
+        inv["toolExecutionNotifications"] = [{"level": "error", "descriptor": {"id": "nothing-analysed"},
+                                              "message": {"text": f"nothing was analysed: {why}"}}]
+    run["invocations"] = [inv]
     return {"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": [run]}
 
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from analyzer.render.common import (cost_text, evidence_texts, ms, num, pct, printable,  # noqa: F401
-                                    ranges, subject_text)
+from analyzer.render.common import (consequence_lines, cost_text, evidence_texts, job_shape, mb, ms,  # noqa: F401
+                                    nothing_analysed, num, pct, printable, ranges, skipped_summary, subject_text)
 
 
 def one_line(text: Any) -> str:
@@ -16,6 +16,8 @@ _COLORS = {"error": "\033[1;31m", "warning": "\033[1;33m", "info": "\033[36m", "
 _RESET = "\033[0m"
 MAX_EVIDENCE = 4
 MAX_STEP_ROWS = 64
+MAX_SKIPPED_REASONS = 8
+MAX_FILE_LINES = 20
 
 
 class _Painter:
@@ -73,6 +75,12 @@ def _summary(report: dict, paint: _Painter) -> list[str]:
         out.append(f"step: mean {ms(s.get('mean_step_time_us'))} ms, spread {pct(s.get('max_step_time_spread'))}; "
                    f"comm share {pct(s.get('comm_share'))}, overlap coverage {pct(s.get('overlap_coverage'))}, "
                    f"exposed comm {pct(s.get('exposed_comm_share'))}, idle {pct(s.get('idle_share'))}")
+    jobs = inputs.get("jobs") or []
+    if len(jobs) > 1:
+        sel = next((j for j in jobs if j.get("selected")), jobs[0])
+        others = ", ".join(str(j.get("label")) for j in jobs if j is not sel)
+        out.append(paint("warning", f"job: {sel.get('label')} ({len(jobs)} jobs in the inputs; not analysed: "
+                                    f"{one_line(others)}; choose with --job)"))
     verdict = report.get("verdict")
     if verdict:
         style = "error" if verdict.startswith("FAIL") else "warning" if verdict.startswith("WARN") else "ok"
@@ -82,17 +90,7 @@ def _summary(report: dict, paint: _Painter) -> list[str]:
 
 def _shape(report: dict) -> str:
     """'tp=2 pp=2 dp=2 (pipeline 1f1b, p=2 m=4)' from the process-group roles, '' when unknown."""
-    cr = report.get("cross_rank") or {}
-    sizes: dict[str, int] = {}
-    for g in cr.get("process_groups") or []:
-        role = g.get("role")
-        if role in ("tp", "dp", "fsdp", "pp", "ep") and g.get("size"):
-            sizes[role] = max(sizes.get(role, 0), int(g["size"]))
-    parts = [f"{k}={v}" for k, v in sizes.items()]
-    pipe = cr.get("pipeline") or {}
-    if pipe.get("detected"):
-        parts.append(f"(pipeline {pipe.get('schedule', 'unknown')}, p={pipe.get('p')} m={pipe.get('m')})")
-    return " ".join(parts)
+    return job_shape(report)
 
 
 def _findings(report: dict, paint: _Painter) -> list[str]:
@@ -116,6 +114,10 @@ def _findings(report: dict, paint: _Painter) -> list[str]:
             out.append("      " + paint("dim", "; ".join(extra)))
         if f.get("fix"):
             out.append(f"      fix: {one_line(f['fix'])}")
+        cons = consequence_lines(f)
+        if cons:
+            out.append(f"      explains ({len(cons)}): what this root cause also shows up as")
+            out += [f"        - {one_line(c)}" for c in cons]
     return out
 
 
@@ -138,7 +140,7 @@ def _per_rank(report: dict) -> list[str]:
     if not rows:
         return []
     strag = {r["rank"]: r for r in ((report.get("cross_rank") or {}).get("stragglers") or {}).get("per_rank") or []}
-    headers = ["rank", "steps", "step ms", "comm%", "exposed%", "overlap", "idle%"]
+    headers = ["rank", "steps", "step ms", "comm%", "exposed%", "overlap%", "idle%"]
     if strag:
         headers += ["last%", "wait imposed ms"]
     body = []
@@ -158,12 +160,13 @@ def _per_step(report: dict) -> list[str]:
         return []  # one step per rank: the per-rank table already says it all
     if len(rows) > MAX_STEP_ROWS:
         return ["", f"per rank and step: {len(rows)} rows, see --format markdown/html/json"]
-    headers = ["rank", "step", "step ms", "compute", "comm", "exposed", "overlap", "comm%", "idle", "memcpy"]
+    headers = ["rank", "step", "step ms", "compute ms", "comm ms", "exposed ms", "overlap%", "comm%", "idle ms",
+               "memcpy ms"]
     body = [[str(r["rank"]), "all" if r["step"] == -1 else str(r["step"]), ms(r.get("step_time_us")),
              ms(r.get("compute_us")), ms(r.get("comm_us")), ms(r.get("exposed_comm_us")),
              pct(r.get("overlap_coverage")), pct(r.get("comm_share")), ms(r.get("idle_us")), ms(r.get("memcpy_us"))]
             for r in rows]
-    return ["", "per rank and step (times in ms):"] + table(headers, body)
+    return ["", "per rank and step:"] + table(headers, body)
 
 
 def _groups(report: dict) -> list[str]:
@@ -178,15 +181,24 @@ def _groups(report: dict) -> list[str]:
     coll = (cr.get("collectives") or {}).get("by_group_op") or []
     if coll:
         body = [[str(c.get("process_group", "")), str(c.get("op", "")), num(c.get("count")),
-                 num(c.get("bytes")), ms(c.get("mean_transfer_us")), num(c.get("mean_busbw_gbps")),
+                 mb(_per_call_bytes(c)), ms(c.get("mean_transfer_us")), num(c.get("mean_busbw_gbps")),
                  str(c.get("link_class", ""))] for c in coll]
-        out += ["", "collectives:"] + table(["group", "op", "count", "bytes", "transfer ms", "busbw GB/s", "link"],
-                                           body)
+        out += ["", "collectives (per call: mean size and transfer time):"] + table(
+            ["group", "op", "calls", "MB/call", "transfer ms/call", "busbw GB/s", "link"], body)
     pipe = cr.get("pipeline") or {}
     if pipe.get("detected"):
         out += ["", f"pipeline: {pipe.get('schedule')} p={pipe.get('p')} m={pipe.get('m')}, bubble "
                     f"{pct(pipe.get('mean_bubble_rate'))} (theory {pct(pipe.get('theoretical_bubble'))})"]
     return out
+
+
+def _per_call_bytes(c: dict) -> Optional[float]:
+    """Mean bytes per call of a by_group_op row (older reports: the total over the calls divided by them)."""
+    if c.get("mean_bytes") is not None:
+        return float(c["mean_bytes"])
+    if c.get("bytes") is not None and c.get("count"):
+        return float(c["bytes"]) / float(c["count"])
+    return None
 
 
 def _baseline(report: dict, paint: _Painter) -> list[str]:
@@ -205,18 +217,34 @@ def _baseline(report: dict, paint: _Painter) -> list[str]:
     return ["", f"baseline: {one_line(b.get('source'))}"] + lines
 
 
-def _problems(report: dict) -> list[str]:
+def _problems(report: dict, verbose: bool = False) -> list[str]:
+    """Failed and salvaged files one per line; skipped files summarised by reason (all of them with -v)."""
     inputs = report.get("inputs") or {}
-    problems = [f for f in inputs.get("files") or [] if f.get("status") != "read"]
+    files = inputs.get("files") or []
+    problems = [f for f in files if f.get("status") in ("failed", "salvaged")]
     out = []
-    if problems or report.get("warnings"):
-        out.append("")
-    for f in problems:
+    shown = problems if verbose else problems[:MAX_FILE_LINES]
+    for f in shown:
         out.append(f"{f['status']}: {one_line(f['path'])}: {one_line(f.get('message', ''))}")
+    if len(problems) > len(shown):
+        out.append(f"... {len(problems) - len(shown)} more failed or salvaged file(s) (-v lists them all)")
+    skipped = [f for f in files if f.get("status") == "skipped"]
+    if skipped and verbose:
+        out += [f"skipped: {one_line(f['path'])}: {one_line(f.get('message', ''))}" for f in skipped]
+    elif skipped:
+        rows = skipped_summary(report)
+        out.append(f"skipped {len(skipped)} file(s)" + (" (-v lists them all):" if len(skipped) > 3 else ":"))
+        for reason, n, ex in rows[:MAX_SKIPPED_REASONS]:
+            more = ", …" if n > len(ex) else ""
+            out.append(f"  {n} × {one_line(reason)}: {one_line(', '.join(ex))}{more}")
+        if len(rows) > MAX_SKIPPED_REASONS:
+            rest = sum(n for _, n, _ in rows[MAX_SKIPPED_REASONS:])
+            out.append(f"  {rest} more in {len(rows) - MAX_SKIPPED_REASONS} other reason(s)")
+    messages = {f.get("message") for f in files}
     for w in report.get("warnings") or []:
-        if not any(w == f.get("message") for f in problems):
+        if w not in messages:
             out.append(f"warning: {one_line(w)}")
-    return out
+    return ([""] + out) if out else []
 
 
 def render_text(report: dict[str, Any], color: bool = False, verbose: Optional[bool] = None) -> str:
@@ -229,5 +257,5 @@ def render_text(report: dict[str, Any], color: bool = False, verbose: Optional[b
     out += _per_rank(report)
     out += _per_step(report)
     out += _groups(report)
-    out += _problems(report)
+    out += _problems(report, bool(verbose))
     return "\n".join(out) + "\n"

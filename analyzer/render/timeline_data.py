@@ -42,11 +42,15 @@ def rank_lanes(trace: Any, lo: int, hi: int) -> dict[str, iv.Intervals]:
     return out
 
 
-def _cross_rank(job: Any, report: dict):
-    """The job's cross-rank matching, the very one the report was built from (cached on the job)."""
-    from analyzer.cross_rank.section import analyse
-    gpn = ((report.get("cross_rank") or {}).get("hosts") or {}).get("gpus_per_node")
-    return analyse(job, gpn)
+class _Tables:
+    def __init__(self, instances: pd.DataFrame, members: pd.DataFrame):
+        self.instances, self.members = instances, members
+
+
+def _cross_rank(job: Any, report: dict) -> _Tables:
+    """The job's cross-rank tables, the very ones the report was built from, as the report stage hands them."""
+    from analyzer.report.views import cross_rank_tables
+    return _Tables(*cross_rank_tables(job, report))
 
 
 def instances(job: Any, report: dict, steps: Optional[list[int]] = None) -> pd.DataFrame:
@@ -97,5 +101,7 @@ def bandwidth_points(job: Any, report: dict) -> pd.DataFrame:
         return pd.DataFrame(columns=cols)
     ok = (inst["bytes"] > 0) & inst["busbw_gbps"].notna() & (inst["n_members"] > 1) & (inst["transfer_ns"] > 0)
     pts = inst.loc[ok, ["op", "bytes", "transfer_ns", "busbw_gbps"]].copy()
+    if "kind" in inst:  # a send/recv pair is one transfer: one point, not a send hidden under its recv
+        pts.loc[inst.loc[ok, "kind"].to_numpy() == "p2p", "op"] = "send/recv"
     pts["transfer_us"] = pts.pop("transfer_ns") / 1000.0
     return pts[cols].reset_index(drop=True)

@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from analyzer.load.job import Job
-from analyzer.report.base import build_report, clean
+from analyzer.report.base import build_report, clean, nothing_analysed_reason
 
 
 @dataclass
@@ -32,7 +32,9 @@ def run_analysis(job: Job, options: Optional[Options] = None) -> dict:
     report["nccl"] = _section(report, "NCCL log", lambda: nccl_section(job))
     findings = run_rules(job, report, options.rule_config)
     report["findings"] = clean([f if isinstance(f, dict) else f.to_dict() for f in findings])
-    report["verdict"] = verdict(report["findings"])
+    if not report["analysed"]:
+        report["nothing_analysed"] = nothing_analysed_reason(job)
+    report["verdict"] = verdict(report["findings"], report.get("nothing_analysed"))
     return report
 
 
@@ -46,8 +48,10 @@ def _section(report: dict, name: str, build, empty: Optional[dict] = None) -> di
         return {**(empty or {}), "error": f"{type(exc).__name__}: {exc}"}
 
 
-def verdict(findings: list[dict]) -> str:
-    """One line: the worst severity found and how many findings of each."""
+def verdict(findings: list[dict], nothing_analysed: Optional[str] = None) -> str:
+    """One line: the worst severity found and how many findings of each; FAIL when nothing was analysed."""
+    if nothing_analysed:
+        return f"FAIL: nothing was analysed: {nothing_analysed}"
     counts = {s: sum(1 for f in findings if f.get("severity") == s) for s in ("error", "warning", "info")}
     if counts["error"]:
         head = "FAIL"

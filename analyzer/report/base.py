@@ -13,6 +13,8 @@ from analyzer.report.summary import job_summary, rank_summary
 
 SCHEMA = "dtrace-analyzer/report"
 SCHEMA_VERSION = 1
+#: Minor version: keys added within schema_version 1 (docs/json-schema.md, "Changes").
+SCHEMA_MINOR = 1
 
 _NS_TO_US = {c: c[:-3] + "_us" for c in (
     "step_time_ns", "compute_ns", "comm_ns", "overlap_ns", "exposed_comm_ns", "memcpy_ns", "busy_ns", "idle_ns",
@@ -49,6 +51,34 @@ def frame_records(df: pd.DataFrame, ns_to_us: bool = True) -> list[dict]:
     return clean(out.to_dict(orient="records"))
 
 
+def usable(job: Job) -> bool:
+    """Whether anything at all was read to analyse: a trace, an NCCL/watchdog log, a stderr log or a Flight Recorder
+    dump."""
+    return bool(job.traces or job.nccl_logs or job.fr_dumps or getattr(job, "stderr_logs", None))
+
+
+def nothing_analysed_reason(job: Job) -> str:
+    """Why a run analysed nothing, in one line naming what was found instead."""
+    n = len(job.files)
+    if not n:
+        return "no files under the given paths"
+    failed = [f for f in job.files if f.status == "failed"]
+    if failed:
+        return (f"{len(failed)} of {n} file(s) could not be read (first: {failed[0].path}: {failed[0].message}); "
+                "no trace, NCCL/stderr log or Flight Recorder dump was usable")
+    return f"none of the {n} file(s) is a profiler trace, NCCL/watchdog or stderr log, or Flight Recorder dump"
+
+
+def skipped_by_reason(files: list) -> list[dict]:
+    """Skipped files grouped by reason, the most frequent first: reason, count, the first few paths."""
+    by: dict[str, list[str]] = {}
+    for f in files:
+        if f.status == "skipped":
+            by.setdefault(f.message or "skipped", []).append(f.path)
+    rows = [{"reason": k, "count": len(v), "examples": v[:3]} for k, v in by.items()]
+    return sorted(rows, key=lambda r: (-r["count"], r["reason"]))
+
+
 def build_report(job: Job) -> dict:
     """The base report: inputs, ranks, per-step and per-rank metrics, job summary, warnings."""
     sm = job.step_metrics
@@ -71,12 +101,16 @@ def build_report(job: Job) -> dict:
     return {
         "schema": SCHEMA,
         "schema_version": SCHEMA_VERSION,
+        "schema_minor": SCHEMA_MINOR,
         "tool": {"name": "analyze", "version": __version__},
         "inputs": {
             "files": files,
             "read": job.count("read"), "salvaged": job.count("salvaged"),
             "skipped": job.count("skipped"), "failed": job.count("failed"),
+            "skipped_by_reason": skipped_by_reason(job.files),
+            **({"jobs": clean(job.jobs)} if job.jobs else {}),
         },
+        "analysed": usable(job),
         "job": {
             "world_size": job.world_size, "ranks": job.ranks, "missing_ranks": job.missing_ranks,
             "summary": summary,

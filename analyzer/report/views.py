@@ -1,0 +1,201 @@
+"""Tables of an analysed job for Python users and renderers: one row per rank-step, collective member, rank,
+group, kernel name, idle part; and the aligned per-rank events the merged timeline draws.
+
+Every number is the report's own (same definition, same unit: µs, GB/s, fractions); times marked "aligned"
+have the rank's clock offset applied (docs/cross-rank.md). Renderers get what they need from here, never from
+the cross-rank stage directly.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+import pandas as pd
+
+from analyzer.load.job import Job
+
+
+def _us(df: pd.DataFrame) -> pd.DataFrame:
+    """*_ns columns → *_us floats (µs), in place of the originals."""
+    out = df.copy()
+    for c in list(out.columns):
+        if c.endswith("_ns"):
+            out[c[:-3] + "_us"] = out.pop(c).astype(float) / 1000.0
+    return out
+
+
+def offsets_ns(report: dict) -> tuple[dict[int, int], bool]:
+    """Per-rank clock offsets (ns to add) from report.cross_rank.alignment; (offsets, aligned?)."""
+    al = (report.get("cross_rank") or {}).get("alignment") or {}
+    rows = al.get("offsets") or []
+    if al.get("status") not in ("ok", "single_rank") or not rows:
+        return {}, False
+    return {int(r["rank"]): int(round((r.get("offset_us") or 0.0) * 1000)) for r in rows}, True
+
+
+def _cross_rank(job: Job, report: dict):
+    from analyzer.cross_rank.section import analyse
+    gpn = ((report.get("cross_rank") or {}).get("hosts") or {}).get("gpus_per_node")
+    return analyse(job, gpn)
+
+
+def cross_rank_tables(job: Job, report: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(instances, members) of the very matching the report was built from (aligned ns; docs/cross-rank.md)."""
+    cr = _cross_rank(job, report)
+    return cr.instances, cr.members
+
+
+def steps_frame(job: Job, report: dict) -> pd.DataFrame:
+    """One row per rank and step: the report's per-step metrics (µs) plus the window on the aligned clock."""
+    rows = pd.DataFrame((report.get("metrics") or {}).get("per_step") or [])
+    if rows.empty or job.step_metrics is None or job.step_metrics.empty:
+        return rows
+    offs, _ = offsets_ns(report)
+    sm = job.step_metrics[["rank", "step", "start", "end"]].copy()
+    shift = sm["rank"].map(lambda r: offs.get(int(r), 0)).to_numpy(dtype=np.int64)
+    sm["start_ns"] = sm.pop("start").to_numpy() + shift
+    sm["end_ns"] = sm.pop("end").to_numpy() + shift
+    sm["start_us"] = sm["start_ns"] / 1000.0
+    sm["end_us"] = sm["end_ns"] / 1000.0
+    return rows.merge(sm, on=["rank", "step"], how="left")
+
+
+def collectives_frame(job: Job, report: dict) -> pd.DataFrame:
+    """One row per collective instance and member rank: group, seq, op, bytes, aligned start/end, wait, the
+    member's own duration, the instance's transfer time and bus bandwidth (what the report aggregates)."""
+    if not job.traces:
+        return pd.DataFrame()
+    cr = _cross_rank(job, report)
+    m, inst = cr.members, cr.instances
+    if m is None or not len(m) or inst is None or not len(inst):
+        return pd.DataFrame()
+    keep = ["instance", "n_members", "group_size", "complete", "bytes", "transfer_ns", "busbw_gbps", "algbw_gbps",
+            "last_rank", "arrival_skew_ns"]
+    out = m.merge(inst[keep], left_on="iid", right_on="instance", how="left").drop(columns=["instance"])
+    out = out.rename(columns={"iid": "instance", "duration_ns": "member_duration_ns"})
+    out["bytes"] = out["bytes"].where(out["bytes"] >= 0)
+    exact = {c + "_ns": out[c].to_numpy(dtype=np.int64) for c in ("start", "end")}
+    for c in ("start", "end"):
+        out[c + "_us"] = out.pop(c).astype(float) / 1000.0
+    cols = ["instance", "process_group", "seq", "kind", "op", "rank", "stream", "step", "src", "dst", "dtype", "nelems",
+            "bytes",
+            "start_us", "end_us", "wait_us", "member_duration_us", "transfer_us", "busbw_gbps", "algbw_gbps",
+            "n_members", "group_size", "complete", "last_rank", "arrival_skew_us"]
+    out = _us(out)
+    for c, v in exact.items():  # epoch-scale µs floats keep ~0.25 µs; the integer ns are exact
+        out[c] = v
+    cols += ["start_ns", "end_ns"]
+    return out[[c for c in cols if c in out.columns]].sort_values(["instance", "rank"]).reset_index(drop=True)
+
+
+def ranks_frame(report: dict) -> pd.DataFrame:
+    """One row per rank: file, host, GPU, steps (numbers), n_steps, mean_step_time_us, total_<x>_us (summed
+    over the steps), time-weighted shares and straggler statistics."""
+    base = pd.DataFrame(report.get("ranks") or [])
+    if base.empty:
+        return base
+    per = pd.DataFrame((report.get("metrics") or {}).get("per_rank") or [])
+    if not per.empty:  # the report sums durations over the steps under the per-step names: say "total_"
+        per = per.rename(columns={c: "total_" + c for c in per.columns
+                                  if c.endswith("_us") and c != "mean_step_time_us"})
+        per = per.rename(columns={"steps": "n_steps"})
+        base = base.merge(per, on="rank", how="left")
+    strag = pd.DataFrame(((report.get("cross_rank") or {}).get("stragglers") or {}).get("per_rank") or [])
+    if not strag.empty:
+        base = base.merge(strag, on="rank", how="left")
+    return base
+
+
+def groups_frame(report: dict) -> pd.DataFrame:
+    """One row per process group: members, role (with evidence), span, hosts, op counts."""
+    return pd.DataFrame((report.get("cross_rank") or {}).get("process_groups") or [])
+
+
+def kernels_frame(job: Job) -> pd.DataFrame:
+    """Per rank and activity name (kernel; CPU op in a gloo trace): count, total/mean/min/max/std µs, share."""
+    from analyzer.rank.breakdown import KERNEL_COLUMNS, kernel_breakdown
+    parts = [kernel_breakdown(t) for t in job.traces.values()]
+    parts = [p for p in parts if len(p)]
+    if not parts:
+        return _us(pd.DataFrame({c: [] for c in KERNEL_COLUMNS}))
+    return _us(pd.concat(parts, ignore_index=True))
+
+
+def idle_frame(job: Job) -> pd.DataFrame:
+    """Per rank and step: idle µs split into host_wait, peer_wait, kernel_wait and other (they add up)."""
+    from analyzer.rank.breakdown import IDLE_COLUMNS, idle_breakdown
+    parts = [idle_breakdown(t) for t in job.traces.values()]
+    parts = [p for p in parts if len(p)]
+    if not parts:
+        return _us(pd.DataFrame({c: [] for c in IDLE_COLUMNS}))
+    return _us(pd.concat(parts, ignore_index=True))
+
+
+@dataclass
+class RankEvents:
+    """One rank's events for the merged timeline, all on the aligned clock (ns)."""
+
+    rank: int
+    host: Optional[str]
+    offset_ns: int
+    activity: pd.DataFrame          # start, end, stream, kind, name, launch_start, launch_tid, correlation
+    steps: pd.DataFrame             # step, start, end
+    cpu_comm: pd.DataFrame          # start, end, tid, name
+    device_type: str = "gpu"
+
+
+@dataclass
+class TimelineInput:
+    """What the merged-timeline writer draws, handed over by the report stage (render reads nothing else)."""
+
+    aligned: bool
+    alignment_status: str
+    ranks: list[RankEvents] = field(default_factory=list)
+    members: pd.DataFrame = field(default_factory=pd.DataFrame)  # collectives_frame rows (aligned µs)
+
+
+def timeline_input(job: Job, report: dict) -> TimelineInput:
+    """The per-rank activity shifted onto the aligned clock, plus every collective member row."""
+    offs, aligned = offsets_ns(report)
+    status = ((report.get("cross_rank") or {}).get("alignment") or {}).get("status") or "none"
+    hosts = ((report.get("cross_rank") or {}).get("hosts") or {}).get("rank_to_host") or {}
+    ranks = []
+    for r, t in job.traces.items():
+        off = offs.get(int(r), 0)
+        a = t.activity
+        names = np.asarray(t.names, dtype=object)
+        act = pd.DataFrame({
+            "start": a["start"].to_numpy() + off, "end": a["end"].to_numpy() + off,
+            "stream": a["stream"].to_numpy(), "kind": a["kind"].to_numpy().astype(str),
+            "name": names[a["name_id"].to_numpy()] if len(a) else np.empty(0, object),
+            "launch_start": np.where(a["launch_start"].to_numpy() >= 0, a["launch_start"].to_numpy() + off, -1),
+            "launch_tid": a["launch_tid"].to_numpy() if "launch_tid" in a else np.full(len(a), -1, np.int64),
+            "correlation": a["correlation"].to_numpy(),
+        })
+        st = t.steps.copy()
+        st["start"] += off
+        st["end"] += off
+        cc = t.cpu_comm.copy()
+        cc["start"] += off
+        cc["end"] += off
+        ranks.append(RankEvents(int(r), hosts.get(str(r)) or t.meta.get("host"), off, act, st, cc, t.device_type))
+    return TimelineInput(aligned, status, ranks, collectives_frame(job, report))
+
+
+def findings_frame(report: dict) -> pd.DataFrame:
+    """One row per finding: rank in the list, id, severity, title, subject fields, cost, confidence."""
+    rows = []
+    for i, f in enumerate(report.get("findings") or [], 1):
+        s = f.get("subject") or {}
+        rows.append({"rank_in_report": i, "id": f.get("id"), "severity": f.get("severity"), "title": f.get("title"),
+                     "ranks": list(s.get("ranks") or []), "process_group": s.get("process_group"),
+                     "step": s.get("step"), "op": s.get("op"), "seq": s.get("seq"), "cost": f.get("cost"),
+                     "confidence": f.get("confidence"),
+                     "consequences": [c.get("id") for c in f.get("consequences") or []]})
+    return pd.DataFrame(rows)
+
+
+__all__ = ["steps_frame", "collectives_frame", "ranks_frame", "groups_frame", "kernels_frame", "idle_frame",
+           "timeline_input", "TimelineInput", "RankEvents", "offsets_ns", "findings_frame"]
+
