@@ -37,14 +37,18 @@ def _diag_finding(d: dict, ctx_no_dump: dict | None = None) -> Finding:
     seq = d.get("seq")
     op = d.get("op") or None
     desc = f" ({d['pg_desc']})" if d.get("pg_desc") else ""
-    where = (f"process group {pg}{desc}" if pg else "the job") + (f", collective #{seq}" if seq is not None else "") + \
-        (f" ({op})" if op else "")
+    if pg:
+        where = f"process group {pg}{desc}" + (f", collective #{seq}" if seq is not None else "") + \
+            (f" ({op})" if op else "")
+    else:  # a post-mortem from stderr alone: no group or sequence number is known
+        where = f"a {op}" if op else "a collective"
     tie = bool(d.get("tie"))
     if tie and len(culprits) > 1:
         title = (f"{ranks_text(culprits).capitalize()} disagree ({TIE_WORDS.get(kind, kind.replace('_', ' '))}) in "
                  f"{where}; the evidence cannot tell which of them is wrong")
     elif culprits:
-        title = f"{ranks_text(culprits).capitalize()} {WORDS.get(kind, kind)} in {where}"
+        title = f"{ranks_text(culprits).capitalize()} {WORDS.get(kind, kind)}" + \
+            (f" in {where}" if pg else (f" ({op})" if op else ""))
     else:
         title = f"Collectives timed out in {where}"
     ev = []
@@ -85,10 +89,13 @@ def _diag_finding(d: dict, ctx_no_dump: dict | None = None) -> Finding:
         f.evidence.insert(0, Evidence(f"blocked by the divergence in group:seq {blocked}"))
     for x in d.get("explains") or []:
         xd = f" ({x['pg_desc']})" if x.get("pg_desc") else ""
+        waiting = x.get("waiting") or []
+        call = f"{x.get('op') or 'collective'}" + (f" #{x['seq']}" if x.get("seq") is not None and x["seq"] >= 0
+                                                     else "")
         f.consequences.append({
-            "id": "HANG002", "severity": "error", "ranks": [int(r) for r in x.get("waiting") or []],
-            "title": f"{ranks_text(x.get('waiting') or []).capitalize()} wait in process group {x['process_group']}"
-                     f"{xd}, {x.get('op') or 'collective'} #{x['seq']}, for {ranks_text(x.get('on') or [])}",
+            "id": "HANG002", "severity": "error", "ranks": [int(r) for r in waiting],
+            "title": f"{ranks_text(waiting).capitalize()} {'waits' if len(waiting) == 1 else 'wait'} in process "
+                     f"group {x['process_group']}{xd}, {call}, for {ranks_text(x.get('on') or [])}",
             "evidence": []})
         f.involved |= {int(r) for r in x.get("waiting") or []}
     return f

@@ -3,30 +3,14 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Optional
 
+from analyzer.phrases import ranks_text  # noqa: F401  (re-exported: rules write rank lists the same way)
+
 ROLE_PREFERENCE = ("dp", "fsdp", "ep", "tp", "pp", "world", "unknown")
 
 
 def pct(x: Optional[float]) -> str:
     """0.1234 → '12.3%'."""
     return "n/a" if x is None else f"{100.0 * float(x):.1f}%"
-
-
-def ranks_text(ranks: Iterable[int]) -> str:
-    """[1, 2] → 'ranks 1, 2'; [3] → 'rank 3'; runs compact: [0..7, 9] → 'ranks 0-7, 9'; past 8 pieces the
-    count and the first and last rank."""
-    r = sorted({int(x) for x in ranks})
-    if not r:
-        return "no rank"
-    pieces, i = [], 0
-    while i < len(r):
-        j = i
-        while j + 1 < len(r) and r[j + 1] == r[j] + 1:
-            j += 1
-        pieces.append(str(r[i]) if i == j else (f"{r[i]}, {r[j]}" if j == i + 1 else f"{r[i]}-{r[j]}"))
-        i = j + 1
-    if len(pieces) > 8:
-        return f"{len(r)} ranks ({r[0]}…{r[-1]})"
-    return ("rank " if len(r) == 1 else "ranks ") + ", ".join(pieces)
 
 
 def num(x: Any) -> Optional[float]:

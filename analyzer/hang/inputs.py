@@ -359,7 +359,7 @@ def _watchdog_rows(logs: list, groups: dict[str, Group]) -> tuple[list[dict], li
                                   file=log.path,
                                   line=int(r.line),
                                   text=str(r.message), frame="", stack=""))
-            elif kind.startswith("last_"):
+            elif kind in ("last_enqueued", "last_started", "last_completed"):
                 groups.setdefault(pg, Group(pg, desc=str(r.pg_desc or ""), source="watchdog", backend="nccl"))
                 s = st.setdefault((pg, rank), dict(group=pg, rank=rank, source="watchdog", coll_enqueued=-1,
                                                    coll_completed=-1, p2p_enqueued=-1, p2p_completed=-1,
@@ -409,6 +409,9 @@ def _dedupe(calls: pd.DataFrame) -> pd.DataFrame:
     calls = calls.assign(_pri=pri).sort_values(["_pri", "order"], kind="stable")
     best = calls.groupby(["group", "rank", "kind", "seq"])["_pri"].transform("min")
     calls = calls[calls["_pri"] == best]
+    # only a dump lists a coalesced call's parts under one seq; log lines of one work are copies of it
+    logs = calls["source"] != "flight_recorder"
+    calls = pd.concat([calls[~logs], calls[logs].drop_duplicates(["group", "rank", "kind", "seq"])])
     return calls.drop(columns="_pri").sort_values(["group", "rank", "kind", "seq", "order"]).reset_index(drop=True)
 
 

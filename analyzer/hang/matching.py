@@ -19,6 +19,7 @@ from typing import Any
 import pandas as pd
 
 from analyzer.hang.inputs import HangInputs
+from analyzer.phrases import per_rank_text, ranks_text, values_text
 from analyzer.hang.p2p import period_next
 
 SIZE_FREE_IN = {"alltoall", "scatter"}
@@ -182,7 +183,7 @@ def _break_by_siblings(inp: HangInputs, d: Divergence, sigs: dict[int, tuple], c
         d.tie = False
         d.majority = sig
         d.cause = (f" (decided by {n} sibling group(s) of the same role, {g.desc}, that issued at this seq what "
-                   f"rank(s) {sorted(agree)} issued)")
+                   f"{ranks_text(sorted(agree))} issued)")
         return True
     return False
 
@@ -194,13 +195,13 @@ def _cause(d: Divergence, what: str, tie: bool) -> str:
     if tie:
         return (f"ranks disagree on the {what} with no majority ({shown}): the dumps alone cannot tell which rank "
                 "is wrong")
-    odd = sorted({vals[r] for r in d.culprits})
-    ref = sorted({v for r, v in vals.items() if r not in d.culprits})
+    odd = values_text(sorted({vals[r] for r in d.culprits}))
+    ref = values_text(sorted({v for r, v in vals.items() if r not in d.culprits}))
     text = {"op": "called {odd} where the others called {ref}: likely a collective inside a rank-dependent branch",
             "size": "passed {odd} elements where the others passed {ref}: typically an uneven last batch or a "
                     "rank-dependent shape",
             "dtype": "passed dtype {odd} where the others passed {ref}"}[what]
-    return f"rank(s) {d.culprits} " + text.format(odd=odd, ref=ref)
+    return f"{ranks_text(d.culprits)} " + text.format(odd=odd, ref=ref)
 
 
 def _sigs_from(df: pd.DataFrame, s: int, n: int = 6) -> list[tuple]:
@@ -276,7 +277,7 @@ def _left_the_loop(by_rank: dict[int, pd.DataFrame], s: int, d: Divergence) -> N
         return
     kind = call_site_kind(user_stack(at["stack"].iloc[0]), hist)
     frame = str(at["frame"].iloc[0])
-    theirs = sorted(set(d.ops[x] for x in d.present if x not in d.culprits))
+    theirs = values_text(sorted(set(d.ops[x] for x in d.present if x not in d.culprits)))
     if kind == "left_loop":
         d.kind = "missing_rank"
         d.cause = (f"rank {r} never joined the {theirs} the others wait in at seq {s}: it called {d.ops[r]} from "
@@ -316,7 +317,7 @@ def _refine_by_alignment(by_rank: dict[int, pd.DataFrame], s: int, d: Divergence
         if (nxt is not None and all(b[0] == nxt for b in bad) and nxt != ref[0]) or \
                 (here is not None and here != ref[0] and all(b[0] == here for b in bad)):
             d.kind = "skipped_collective"
-            d.cause = (f"rank(s) {d.culprits} skipped the {ref[0][0][0]} the others wait in: the call they issued "
+            d.cause = (f"{ranks_text(d.culprits)} skipped the {ref[0][0][0]} the others wait in: the call they issued "
                        "is the one the job's repeating pattern puts next (a conditional collective, or an uneven "
                        "number of buckets/batches)")
         return
@@ -324,14 +325,14 @@ def _refine_by_alignment(by_rank: dict[int, pd.DataFrame], s: int, d: Divergence
         return  # one call replaced by another, the rest lines up: a plain mismatch
     if all(len(b) >= 2 and len(ref) >= 2 and b[0] == ref[1] and b[1] == ref[0] for b in bad):
         d.kind = "order_mismatch"
-        d.cause = f"rank(s) {d.culprits} issue the same collectives in a different order than the others"
+        d.cause = f"{ranks_text(d.culprits)} issue the same collectives in a different order than the others"
     elif all(_aligned(b[1:], ref) for b in bad):
         d.kind = "extra_collective"
-        d.cause = (f"rank(s) {d.culprits} issued an extra {bad[0][0][0][0]} that the others did not (a collective "
+        d.cause = (f"{ranks_text(d.culprits)} issued an extra {bad[0][0][0][0]} that the others did not (a collective "
                    "in a rank-only branch, e.g. logging on rank 0); everything after it is shifted by one")
     elif all(_aligned(b, ref[1:]) or ref[0] in b[1:] for b in bad):
         d.kind = "skipped_collective"
-        d.cause = (f"rank(s) {d.culprits} skipped the {ref[0][0][0]} the others issued and moved on to the next "
+        d.cause = (f"{ranks_text(d.culprits)} skipped the {ref[0][0][0]} the others issued and moved on to the next "
                    "ones (a conditional collective, or an uneven number of buckets/batches)")
 
 

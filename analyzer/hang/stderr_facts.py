@@ -172,7 +172,10 @@ def stderr_facts(logs: list) -> StderrFacts:
             item = _item(path, order, kind=kind, text=text, line=line, exc_type=exc, message=_s(x.get("message")),
                          where=_s(x.get("where")), reason=reason, peer=_i(x.get("peer_rank")),
                          group=_s(x.get("group")), seq=_i(x.get("seq")), op=_s(x.get("op")),
-                         bytes_a=_i(x.get("bytes_a")), bytes_b=_i(x.get("bytes_b")), code=_i(x.get("code")))
+                         bytes_a=_i(x.get("bytes_a")), bytes_b=_i(x.get("bytes_b")), code=_i(x.get("code")),
+                         requested=_i(x.get("bytes_requested")), allocated=_i(x.get("bytes_allocated")),
+                         reserved_free=_i(x.get("bytes_reserved_unallocated")), total=_i(x.get("bytes_total")),
+                         nccl_version=_s(x.get("nccl_version")), device=_s(x.get("device")))
             if kind in RENDEZVOUS_KINDS or (kind == "store_timeout" and r < 0):
                 out.rendezvous.append(item)
                 continue
@@ -311,3 +314,43 @@ def add_log_errors(facts: StderrFacts, errors: pd.DataFrame) -> None:
             f.evidence.append((item["file"], item["line"], item["text"]))
         else:
             f.consequences.append(item)
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2 ** 30:.2f} GiB"
+
+
+def origin_sentence(r: int, o: dict) -> str:
+    """One plain sentence for a rank's origin failure, with the numbers its line carries."""
+    k = o.get("kind", "")
+    if k == "gloo_size_mismatch":
+        got, want = o.get("bytes_a", -1), o.get("bytes_b", -1)
+        size = f": it received {got} bytes where its own buffer holds {want}" if got >= 0 and want >= 0 else ""
+        return f"gloo's size check aborted rank {r} (SIGABRT){size}"
+    if k == "gloo_invalid_tensor_size":
+        return f"rank {r} passed tensors of the wrong size to {o.get('op') or 'a collective'} ({o.get('reason', '')})"
+    if k == "oom":
+        alloc, free, want = o.get("allocated", -1), o.get("reserved_free", -1), o.get("requested", -1)
+        parts = [f"rank {r} ran out of GPU memory"]
+        if want >= 0:
+            parts.append(f"asking for {_gib(want)}")
+        if alloc >= 0 and free >= 0:
+            parts.append(f"with {_gib(alloc)} allocated by PyTorch and {_gib(free)} reserved but unallocated")
+            if want >= 0 and free >= want:  # the request fit in memory PyTorch already held, only not in one piece
+                parts.append("— the reserved-but-free memory alone would hold the request, so it is fragmented: try "
+                             "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
+        return " ".join(parts)
+    if k == "host_oom_kill" or (k == "signal" and "SIGKILL" in o.get("message", "") + o.get("text", "")):
+        return f"rank {r} was killed by SIGKILL (the host's OOM killer, or the scheduler)"
+    if k == "signal":
+        return f"rank {r} died of {o.get('message') or o.get('reason') or 'a signal'}"
+    if k == "nccl_error":
+        ver = f" (NCCL {o['nccl_version']})" if o.get("nccl_version") else ""
+        return f"rank {r} hit an NCCL error{ver}: {(o.get('reason') or o.get('text', ''))[:200]}"
+    if k in ("cuda_illegal_memory", "cuda_device_assert", "cuda_error", "xid", "ecc"):
+        dev = f" on GPU {o['device']}" if o.get("device") else ""
+        return f"rank {r} hit a GPU error{dev}: {(o.get('reason') or o.get('text', ''))[:200]}"
+    if k == "exception":
+        where = f" at {o['where']}" if o.get("where") else ""
+        return f"rank {r} raised {o.get('exc_type') or 'an exception'}: {o.get('message', '')[:200]}{where}"
+    return f"rank {r}: {o.get('text', '')[:240]}"

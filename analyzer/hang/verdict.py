@@ -20,9 +20,10 @@ import pandas as pd
 
 from analyzer.hang.diagnosis import FIX, HangDiagnosis
 from analyzer.hang.inputs import HangInputs
+from analyzer.phrases import per_rank_text, ranks_text, values_text
 from analyzer.hang import p2p
 from analyzer.hang.matching import Divergence
-from analyzer.hang.stderr_facts import StderrFacts
+from analyzer.hang.stderr_facts import StderrFacts, origin_sentence
 from analyzer.hang.waits import RankStates, cycles, reachable_roots
 
 KIND_ORDER = {"mismatched_op": 0, "order_mismatch": 0, "extra_collective": 0, "skipped_collective": 0,
@@ -80,11 +81,15 @@ def _status_evidence(inp: HangInputs, g: str, ranks: list[int]) -> list[tuple]:
 
 
 def _failure_evidence(facts: StderrFacts, ranks: list[int]) -> list[tuple]:
+    """Each rank's own stderr lines: the line of its origin failure first, then up to two more."""
     out = []
     for r in ranks:
         f = facts.ranks.get(r)
-        if f is not None:
-            out.extend(f.evidence[:3])
+        if f is None:
+            continue
+        mine = [(f.origin["file"], f.origin["line"], f.origin["text"])] if f.origin and f.origin.get("text") else []
+        mine += [e for e in f.evidence if e not in mine]
+        out.extend(mine[:3])
     return out
 
 
@@ -116,8 +121,8 @@ def _abort_side(inp: HangInputs, d: Divergence, facts: StderrFacts) -> tuple[lis
     if votes["small"] <= votes["large"]:
         return None
     odd = sorted(r for r, v in nbytes.items() if v != small)
-    why = (f"rank(s) {aborted} aborted in gloo's size check (received more bytes than their own buffer holds), so "
-           f"their call moves the smaller amount, like rank(s) {sorted(r for r in nbytes if nbytes[r] == small)}")
+    why = (f"{ranks_text(aborted)} aborted in gloo's size check (received more bytes than their own buffer holds), so "
+           f"their call moves the smaller amount, like {ranks_text(sorted(r for r in nbytes if nbytes[r] == small))}")
     return odd, why
 
 
@@ -251,7 +256,7 @@ def _cycle_diag(inp: HangInputs, st: RankStates, edges: pd.DataFrame, comp: list
     e = edges[edges["waiter"].isin(comp) & edges["target"].isin(comp)]
     groups = sorted(set(e["group"]))
     where = "; ".join(f"rank {b.rank} waits in group {b.group} ({_desc(inp, b.group)}) {b.op} #{b.seq} for "
-                      f"rank(s) {[t for t in b.targets if t in comp]}" for r in comp if (b := st.blocked.get(r)))
+                      f"{ranks_text([t for t in b.targets if t in comp])}" for r in comp if (b := st.blocked.get(r)))
     if len(groups) >= 2:
         odd, tie = _order_outlier(inp, st, comp)
         culprits = odd if not tie else comp
@@ -265,7 +270,7 @@ def _cycle_diag(inp: HangInputs, st: RankStates, edges: pd.DataFrame, comp: list
                           op=op, culprit_ranks=sorted(culprits), waiting_ranks=[], tie=tie,
                           confidence=0.45 if tie else 0.8, source="flight_recorder",
                           cause=("deadlock across process groups " + ", ".join(groups) + ": " + where
-                                 + ("" if tie else f"; rank(s) {culprits} entered the groups in a different order "
+                                 + ("" if tie else f"; {ranks_text(culprits)} entered the groups in a different order "
                                                    "than their own history (and the other ranks) say")))
     else:
         b = st.blocked[comp[0]]
@@ -350,16 +355,17 @@ def build(inp: HangInputs, st: RankStates, edges: pd.DataFrame, divs: list[Diver
     explained = {r for r in facts.origin_ranks() if _size_abort(facts, r) and any(
         r in (inp.groups[d.group].members or ()) for d in divs if d.group in inp.groups)}
     origins = [r for r in facts.origin_ranks() if r not in claimed and r not in explained]
-    by_kind: dict[str, list[int]] = {}
-    for r in origins:
-        by_kind.setdefault(_origin_kind(facts.ranks[r].origin), []).append(r)
+    by_kind: dict[tuple[str, str], list[int]] = {}
+    for r in origins:  # one diagnosis per kind of failure (out of memory, a GPU error, an exception, ...)
+        o = facts.ranks[r].origin
+        by_kind.setdefault((_origin_kind(o), o.get("kind", "")), []).append(r)
     claimed |= explained
-    for kind, ranks in by_kind.items():
+    for (kind, _), ranks in by_kind.items():
         o = facts.ranks[ranks[0]].origin
-        cause = (f"rank(s) {ranks} failed first: " + "; ".join(
-            f"rank {r}: {facts.ranks[r].origin['text'][:240]}" for r in ranks[:4]))
-        if any(r not in inp.dumps for r in ranks) and inp.dumps:
-            cause += " (it left no Flight Recorder dump)"
+        cause = "; ".join(origin_sentence(r, facts.ranks[r].origin) for r in ranks[:4])
+        nodump = [r for r in ranks if r not in inp.dumps]
+        if nodump and inp.dumps:
+            cause += f" ({ranks_text(nodump)} left no Flight Recorder dump)"
         x = _root(inp, st, edges, kind, ranks, cause, 0.9 if o["kind"] != "signal" else 0.8, facts)
         _refine_by_call_site(inp, st, edges, facts, x)
         diags.append(x)
@@ -412,25 +418,26 @@ def build(inp: HangInputs, st: RankStates, edges: pd.DataFrame, divs: list[Diver
         silent = [r for r in ranks if kind == "crashed_rank" and r in facts.seen and not _failed_itself(facts, r)]
         if silent and len(silent) == len(ranks):
             kind, conf = "missing_rank", 0.7
-            cause = (f"rank(s) {ranks} left no dump, and their own output shows no error and no death: they never "
+            cause = (f"{ranks_text(ranks)} left no dump, and their own output shows no error and no death: they never "
                      f"joined the collective the others {_wait_text(st, edges, ranks)} (they left their loop early — "
                      "fewer batches than the others — or are stuck outside collectives)")
         elif kind == "crashed_rank":
             why = {r: no_dump.get(r, "") for r in ranks}
             where = _wait_text(st, edges, ranks)
-            cause = (f"rank(s) {ranks} left no Flight Recorder dump or record while the others {where}: "
+            cause = (f"{ranks_text(ranks)} left no Flight Recorder dump or record while the others {where}: "
                      + "; ".join(f"rank {r}: {w}" for r, w in why.items() if w)) if any(why.values()) else \
-                (f"rank(s) {ranks} left no Flight Recorder dump or record while the others {where}: they most "
+                (f"{ranks_text(ranks)} left no Flight Recorder dump or record while the others {where}: they most "
                  "likely crashed or were killed before they could dump (or their dumps are not in the folder)")
         elif kind == "unknown_rank":
             kind = "missing_rank"
-            cause = (f"the others wait at a collective every rank with a record issued; rank(s) {ranks} left records "
+            cause = (f"the others wait at a collective every rank with a record issued; {ranks_text(ranks)} left records "
                      "but none of this group, so they are the only candidates (not proven)")
         else:
             g, seq, _ = _best_group(inp, st, edges, ranks)
             lag = {r: st.enqueued.get((g, r), -1) for r in ranks}
-            cause = (f"rank(s) {ranks} stopped issuing collectives (last enqueued in group {g}: {lag}) while "
-                     f"others wait for them at seq {seq}; they are not waiting in any collective themselves")
+            cause = (f"{ranks_text(ranks)} stopped issuing collectives (last enqueued in group {g}: "
+                     f"{per_rank_text(lag)}) while others wait for them at seq {seq}; they are not waiting in any "
+                     "collective themselves")
         diags.append(_root(inp, st, edges, kind, ranks, cause, conf, facts))
         claimed |= set(ranks)
     for r in sorted(st.blocked):
@@ -475,7 +482,7 @@ def _quiet_absent(inp: HangInputs, st: RankStates, edges: pd.DataFrame) -> list[
         present = sorted(m for m in g.members or () if (key, m) in st.enqueued)
         if absent and present and not any(b.group == key for b in st.blocked.values()):
             upto = ", ".join(f"rank {r} through seq {st.enqueued[(key, r)]}" for r in present)
-            out.append(f"group {key} ({g.desc}): rank(s) {absent} left no Flight Recorder dump or record; the "
+            out.append(f"group {key} ({g.desc}): {ranks_text(absent)} left no Flight Recorder dump or record; the "
                        f"others completed every collective they issued ({upto}) and nothing timed out, so there is "
                        "no sign of a hang in this group")
     return out
@@ -588,10 +595,10 @@ def _p2p_roots(inp: HangInputs, facts: StderrFacts, blocked: dict[int, str], cla
         out.append(HangDiagnosis(
             kind="p2p_mismatch", process_group="", pg_desc="", seq=None, op="send/recv", culprit_ranks=pair,
             waiting_ranks=[], tie=True, confidence=0.45, source="stderr", p2p={"src": src, "dst": dst, "tag": None},
-            cause=(f"rank(s) {senders} died waiting in a send and rank(s) {receivers} in a recv, with no other failure: "
+            cause=(f"{ranks_text(senders)} died waiting in a send and {ranks_text(receivers)} in a recv, with no other failure: "
                    f"the transfer {p2p.pair_text(src, dst)} never matched (a wrong tag or peer on one side; the "
                    "evidence does not say which)" if src is not None and dst is not None else
-                   f"rank(s) {senders} died waiting in sends and {receivers} in receives, with no other failure"),
+                   f"{ranks_text(senders)} died waiting in sends and {receivers} in receives, with no other failure"),
             evidence=_failure_evidence(facts, pair)))
     return out
 
@@ -613,8 +620,8 @@ def _silent_members(inp: HangInputs, facts: StderrFacts, blocked_p2p: dict[int, 
     return [HangDiagnosis(
         kind="lagging_rank", process_group="", pg_desc="", seq=None, op=apis[0] if len(apis) == 1 else "",
         culprit_ranks=silent, waiting_ranks=sorted(timed), confidence=0.65, source="stderr", evidence=ev,
-        cause=(f"rank(s) {sorted(timed)} timed out waiting in {', '.join(apis) or 'collectives'} while rank(s) "
-               f"{silent} neither timed out nor failed (they were still running until the launcher stopped them): "
+        cause=(f"{ranks_text(sorted(timed))} timed out waiting in {', '.join(apis) or 'collectives'} while "
+               f"{ranks_text(silent)} neither timed out nor failed (they were still running until the launcher stopped them): "
                "the others waited for them"))]
 
 

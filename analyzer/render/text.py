@@ -127,11 +127,25 @@ def _hang(report: dict, paint: _Painter) -> list[str]:
         return []
     out = ["", paint("error", "hang post-mortem:")]
     for d in hang.get("diagnoses") or []:
-        out.append(f"  - {d.get('kind')}: group {d.get('process_group')} seq {d.get('seq')} op {d.get('op')}; "
-                   f"culprit ranks {ranges(d.get('culprit_ranks') or []) or '-'}, "
+        where = []
+        if d.get("process_group"):
+            where.append(f"group {d['process_group']}")
+        if d.get("seq") is not None:
+            where.append(f"seq {d['seq']}")
+        if d.get("op"):
+            where.append(f"op {d['op']}")
+        if d.get("p2p") and d["p2p"].get("src") is not None and d["p2p"].get("dst") is not None:
+            where.append(f"send/recv {d['p2p']['src']} → {d['p2p']['dst']}")
+        tie = " (a tie: the evidence cannot tell which)" if d.get("tie") else ""
+        out.append(f"  - {d.get('kind')}: {' '.join(where) or 'no group or seq known'}; "
+                   f"culprit ranks {ranges(d.get('culprit_ranks') or []) or '-'}{tie}, "
                    f"waiting {ranges(d.get('waiting_ranks') or []) or '-'}")
         if d.get("cause"):
             out.append(f"    cause: {one_line(d['cause'])}")
+    missing = hang.get("ranks_without_dump") or {}
+    if missing:
+        out.append("  ranks without a Flight Recorder dump:")
+        out += [f"    - rank {r}: {one_line(why)}" for r, why in sorted(missing.items(), key=lambda kv: int(kv[0]))]
     return out
 
 
