@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from parsers.nccl_envelope import NO_TAG, LauncherTag, int64, parse_launcher
-from parsers.nccl_messages import IB_DEV, IFACE, normalise_transport
+from parsers.nccl_envelope import MAX_LINE_BYTES, NO_TAG, LauncherTag, int64, parse_launcher
+from parsers.nccl_messages import IB_DEV, iface_matches, normalise_transport
 from parsers.watchdog_log import COLUMNS as WATCHDOG_COLUMNS
 
 PROCESS_COLUMNS = ("host", "pid", "cuda_dev", "nccl_version", "launcher_rank", "rank", "rank_source",
@@ -57,7 +57,7 @@ class _Proc:
     version: str = ""
     min_version: str = ""
     has_start: bool = False
-    open_comms: list = field(default_factory=list)
+    open_comms: dict = field(default_factory=dict)  # insertion-ordered set: O(1) add/remove
     pending_conn: list = field(default_factory=list)
     last_coll_comm: str = ""
     warn_group: list = field(default_factory=list)
@@ -93,6 +93,8 @@ class LogState:
         self.out_of_range_line = 0  # first line holding one
         self.line_errors = 0  # lines whose handling failed unexpectedly (counted as unrecognised)
         self.first_line_error: tuple[int, str, str] | None = None  # (line, exception, text)
+        self.long_lines = 0  # physical lines cut to MAX_LINE_BYTES
+        self.first_long_line = 0
 
     # ---------------------------------------------------------------- helpers
     def count(self, family: str) -> None:
@@ -113,6 +115,12 @@ class LogState:
         if self.first_line_error is None:
             self.first_line_error = (lineno, f"{exc.__class__.__name__}: {str(exc)[:80]}", text[:120])
 
+    def note_long_line(self, lineno: int) -> None:
+        """Count one line that was cut to the line-length limit."""
+        if not self.long_lines:
+            self.first_long_line = lineno
+        self.long_lines += 1
+
     def note_unrecognised(self, lineno: int, text: str) -> None:
         """Keep a few unrecognised lines for the message."""
         if len(self.unrec_samples) < _MAX_SAMPLES:
@@ -125,7 +133,7 @@ class LogState:
         tag = self._tag_cache.get(prefix)
         if tag is None:
             tag = parse_launcher(prefix)
-            if len(self._tag_cache) < 4096 and not _lost_number(tag):
+            if len(self._tag_cache) < 4096 and len(prefix) <= 256 and not _lost_number(tag):
                 self._tag_cache[prefix] = tag
         return tag
 
@@ -251,8 +259,7 @@ class LogState:
             row["job_rank"] = int64(gd["jobrank"])
         if complete:
             row["complete"] = True
-            if comm in p.open_comms:
-                p.open_comms.remove(comm)
+            p.open_comms.pop(comm, None)
             if not p.has_start and p.pending_conn:
                 for ci in p.pending_conn:
                     c = self.conns[ci]
@@ -260,7 +267,7 @@ class LogState:
                         c[2] = comm
                 p.pending_conn = []
         elif comm not in p.open_comms:
-            p.open_comms.append(comm)
+            p.open_comms[comm] = None
 
     def _shape(self, lineno, host, pid, p, m) -> None:
         """2.20+ `nRanks nNodes localRanks` line: fill the communicator's shape."""
@@ -290,7 +297,7 @@ class LogState:
         comm = ""
         if p.has_start:
             if len(p.open_comms) == 1:
-                comm = p.open_comms[0]
+                comm = next(iter(p.open_comms))
             elif not p.open_comms and p.last_coll_comm:
                 comm = p.last_coll_comm  # lazy (runtime) connection during the first collective
         row = [host, pid, comm, int64(m.group("ch")), src, dst, transport, detail, lineno,
@@ -318,7 +325,7 @@ class LogState:
             self.nets.append((host, pid, m.group("net"), "", "", lineno, "selected", ""))
         elif family in ("bootstrap", "net_socket"):
             net = "Bootstrap" if family == "bootstrap" else "Socket"
-            for im in IFACE.finditer(m.group("ifs")):
+            for im in iface_matches(m.group("ifs")):
                 self.nets.append((host, pid, net, im.group("if"), im.group("addr"), lineno,
                                   "bootstrap" if family == "bootstrap" else "net_device", ""))
         else:
@@ -327,7 +334,7 @@ class LogState:
                 extra = "/".join(x for x in (dm.group("link"), dm.group("extra")) if x)
                 self.nets.append((host, pid, net, f"{dm.group('dev')}:{dm.group('port')}", "", lineno, "net_device",
                                   extra + ("/RO" if m.group("ro") else "")))
-            for im in IFACE.finditer(m.group("oob")):
+            for im in iface_matches(m.group("oob")):
                 self.nets.append((host, pid, net, im.group("if"), im.group("addr"), lineno, "oob", ""))
 
     # ---------------------------------------------------------------- other lines
@@ -376,11 +383,14 @@ class LogState:
     def _unglue_hosts(self) -> dict[tuple[str, int], str]:
         """Hosts like `12nodeB` come from a glued `…:11:12nodeB:21:22` fragment: map them to the real `nodeB`."""
         fix = {}
+        by_pid: dict[int, list[str]] = {}
+        for host, pid in self.procs:
+            by_pid.setdefault(pid, []).append(host)
         for host, pid in list(self.procs):
             if not host[:1].isdigit():
                 continue
-            for h2, p2 in self.procs:
-                if p2 == pid and h2 != host and host.endswith(h2) and host[: len(host) - len(h2)].isdigit():
+            for h2 in by_pid[pid]:
+                if (h2, pid) in self.procs and h2 != host and host.endswith(h2) and host[: len(host) - len(h2)].isdigit():
                     fix[(host, pid)] = h2
                     src, dst = self.procs.pop((host, pid)), self.procs[(h2, pid)]
                     for name in ("devs_main", "devs_any", "init_devs", "tags"):
@@ -424,6 +434,7 @@ class LogState:
         hosts = {h for h, _ in self.procs}
         single_file_ver = next(iter(self.file_versions)) if len(self.file_versions) == 1 else ""
         rows = []
+        by_proc = {k: g for k, g in comms.groupby(["host", "pid"], sort=False)} if len(comms) else {}
         for (host, pid), p in self.procs.items():
             dev = _mode(p.init_devs) if p.init_devs else _mode(p.devs_main) if p.devs_main else _mode(p.devs_any)
             ranked = Counter({k: v for k, v in p.tags.items() if k[1] >= 0})
@@ -436,7 +447,7 @@ class LogState:
                 ver, vsrc = self.rank_versions[lrank], "launcher_rank"
             if not ver and single_file_ver:
                 ver, vsrc = single_file_ver, "file"
-            mine = comms[(comms["host"] == host) & (comms["pid"] == pid)] if len(comms) else comms
+            mine = by_proc.get((host, pid), comms.iloc[:0])
             world = mine[mine["nranks"] == maxn]["rank"].unique() if len(mine) else []
             if len(world) == 1:
                 rank, src = int(world[0]), "world_comm"
@@ -477,6 +488,9 @@ class LogState:
             n, why, t = self.first_line_error
             out.append(f"{self.path}: {self.line_errors} lines could not be handled and were skipped "
                        f"(first at line {n}: {why}; {t!r})")
+        if self.long_lines:
+            out.append(f"{self.path}: {self.long_lines} lines longer than {MAX_LINE_BYTES} bytes were cut to their "
+                       f"first {MAX_LINE_BYTES} bytes (first at line {self.first_long_line})")
         if self.joined:
             out.append(f"{self.path}: {len(self.joined)} wrapped lines were joined with their continuation "
                        f"(first at line {self.joined[0]})")
