@@ -150,7 +150,8 @@ def load_trace(path: str | Path, chunk_bytes: int = CHUNK_BYTES) -> KinetoTrace:
     except _Fallback:
         col, doc, salvage = _whole(path)
     if salvage is not None and salvage["events_recovered"] == 0:
-        raise InputError(path, f"truncated before the first complete event ({salvage['reason']})")
+        what = "damaged" if salvage.get("damaged") else "truncated"
+        raise InputError(path, f"{what} before the first complete event ({salvage['reason']})")
     if salvage is not None:
         what = "damaged" if salvage.get("damaged") else "truncated"
         warnings.append(
@@ -208,6 +209,7 @@ class _SliceNotes:
         self.skipped = 0       # elements that are not event objects
         self.stripped = 0      # events kept without their malformed args
         self.too_deep = 0      # events nested deeper than the decoder's recursion limit
+        self.out_of_range = 0  # events holding a number no float can hold (1e400)
         self.utf8_at = -1      # absolute offset of the first invalid UTF-8 byte
 
     def lines(self) -> list[str]:
@@ -217,6 +219,8 @@ class _SliceNotes:
         if self.skipped or self.stripped:
             out.append(f"{self.skipped} trace events that are not event objects skipped, {self.stripped} events "
                        "with malformed args kept without them")
+        if self.out_of_range:
+            out.append(f"{self.out_of_range} trace events holding a number beyond float range skipped")
         if self.too_deep:
             out.append(f"{self.too_deep} trace events nested too deep to decode (more than about "
                        f"{_DEPTH_HINT} levels) skipped")
@@ -287,6 +291,9 @@ def _lenient_events(part, notes: _SliceNotes) -> list[_Event]:
         except RecursionError:
             notes.too_deep += 1
             continue
+        except msgspec.ValidationError:
+            notes.out_of_range += 1
+            continue
         except msgspec.DecodeError:
             notes.skipped += 1
             continue
@@ -333,6 +340,7 @@ class _Stream:
         self.eof = False
         self.col = _Collector()
         self.notes = _SliceNotes()
+        self.bare = False  # Chrome's bare-array form: nothing may follow the array
 
     def more(self) -> bool:
         """Append the next block; False at the end of the input."""
@@ -394,12 +402,14 @@ class _Stream:
             lead = _lead(buf)
             if lead < len(buf) and buf[lead] == ord("[") and k < 0:
                 if _bare_array_start(buf, lead):
+                    self.bare = True
                     return _TypedDoc(), lead
             if len(buf) > WHOLE_DOCUMENT_BYTES or not self.more():
                 break
         if m is None:
             lead = _lead(buf)
             if lead < len(buf) and buf[lead] == ord("[") and _bare_array_start(buf, lead):
+                self.bare = True
                 return _TypedDoc(), lead
             self.fallback(f"no traceEvents array in the first {WHOLE_DOCUMENT_BYTES} bytes: not a profiler trace")
         lead = len(_BOM) if buf.startswith(_BOM) else 0
@@ -479,6 +489,10 @@ class _Stream:
         """
         buf = self.buf
         cut, close = scan_array(buf, start, stop)
+        if close >= 0 and buf[close] != ord("]"):
+            if cut > start + 1 and self.decode(start, cut, closing_inserted=True):
+                self.last_end = self.offset + cut
+            return self.damage_at(close, "a '}' where the event list should go on or end")
         if close >= 0:
             if self.decode(start, close):
                 return close
@@ -550,6 +564,8 @@ class _Stream:
             self.col.notes.append(f"{self.reader.path}: more than 64 MB after the traceEvents array; "
                                   "members there ignored")
             return None
+        if self.bare and not bytes(buf[close + 1:]).strip(_WS):
+            return None
         try:
             tail = _decode_members(bytes(buf[close + 1:]), opening=False)
             if tail.traceEvents is not None:
@@ -597,27 +613,28 @@ def _end_before(buf: bytearray, c: int) -> int:
     return i + 1
 
 
+_BOUNDARY = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
+_BOUNDARY_WINDOW = 1 << 16
+
+
 def _last_boundary(buf: bytearray, lo: int) -> int:
     """Offset of the ',' in the last ``}`` ws ``,`` ws ``{`` of ``buf[lo:]``, or -1.
 
-    Callers pass a ``lo`` just before the bytes not yet searched, so no byte is searched twice.
+    Searched in windows from the end, each by the regex engine (no Python loop per byte or per brace), and
+    callers pass a ``lo`` just before the bytes not yet searched, so no byte is searched twice.
     """
     hi = len(buf)
-    n = hi
-    while True:
-        p = buf.rfind(b"}", lo, hi)
-        if p < 0:
-            return -1
-        i = p + 1
-        while i < n and buf[i] in _WS:
-            i += 1
-        if i < n and buf[i] == ord(","):
-            j = i + 1
-            while j < n and buf[j] in _WS:
-                j += 1
-            if j < n and buf[j] == ord("{"):
-                return i
-        hi = p
+    while hi > lo:
+        w = max(lo, hi - _BOUNDARY_WINDOW)
+        last = None
+        for m in _BOUNDARY.finditer(buf, w, min(len(buf), hi + 256)):
+            if m.start() >= hi:
+                break
+            last = m
+        if last is not None:
+            return last.start() + last.group().index(b",")
+        hi = w
+    return -1
 
 
 def _find_close(buf: bytearray, start: int) -> Optional[int]:
@@ -628,7 +645,7 @@ def _find_close(buf: bytearray, start: int) -> Optional[int]:
         if q < 0:
             return None
         tail = bytes(buf[q + 1:q + 4096]).strip(_WS)
-        if tail == b"}" or tail.startswith(b","):
+        if tail == b"}" or tail.startswith(b",") or (not tail and q + 4096 >= len(buf)):
             return q
     return None
 
@@ -739,12 +756,21 @@ def _decode(path: Path, data: bytes, notes: Optional[list[str]] = None) -> tuple
                 return _typed_or_lenient(data, notes), None
         except msgspec.DecodeError as exc:
             first_error = str(exc)
-        stripped = data.lstrip()
+        stripped = data[len(_BOM):].lstrip() if data.startswith(_BOM) else data.lstrip()
         if not stripped.startswith((b"{", b"[")):
             raise InputError(path, f"not JSON ({first_error})")
         if stripped.startswith(b"["):
-            # Chrome's bare-array form: [ {...}, {...} ]
+            # Chrome's bare-array form: [ {...}, {...} ], complete (not a salvage) when it decodes as one
             data = b'{"traceEvents":' + stripped
+            try:
+                return _typed_or_lenient(data + b"}", notes), None
+            except (msgspec.DecodeError, UnicodeDecodeError):
+                pass
+        elif data.startswith(_BOM):
+            try:
+                return _typed_or_lenient(stripped, notes), None
+            except (msgspec.DecodeError, UnicodeDecodeError):
+                data = stripped
         try:
             fixed, kept = salvage_json_prefix(data)
             return _typed_or_lenient(fixed, notes), (0, kept)
@@ -841,6 +867,7 @@ class _Collector:
     def __init__(self) -> None:
         self.n_events = 0
         self.n_bad = 0
+        self.n_bad_dur = 0
         self.flags: dict[str, int] = {}
         self.name_code: dict[str, int] = {}
         self.name_list: list[str] = []
@@ -919,7 +946,9 @@ class _Collector:
             d = e.dur
             if d.__class__ is not float:
                 d = _num(d, 0.0)
-            if not (d > 0 and d - d == 0):
+            if not (0 < d < _MAX_DUR_US):
+                if d >= _MAX_DUR_US:  # negatives and NaN stay a silent 0 as before; huge ones are counted
+                    self.n_bad_dur += 1
                 d = 0.0
             if cls == _C_GPU:
                 if not bad:
@@ -1046,6 +1075,9 @@ class _Collector:
         warnings.extend(self.notes)
         if self.n_bad:
             warnings.append(f"{path}: {self.n_bad} events with a non-numeric or out-of-range ts ignored")
+        if self.n_bad_dur:
+            warnings.append(f"{path}: {self.n_bad_dur} events with a dur of {_MAX_DUR_US:.0e} µs or more "
+                            "(beyond any real span) read as 0")
         self.base_ns = base_ns
         self.name_flags = np.array([self.flags[n] for n in self.name_list], dtype=np.int64)
         self.tid_int = _int_col(self.tid_list)
@@ -1301,6 +1333,8 @@ def _meta(doc: _TypedDoc, dist: dict, path: Path) -> dict:
     }
 
 
+#: Longest plausible span (µs, about 11.6 days): a longer dur is damage and would overflow int64 ns with its ts.
+_MAX_DUR_US = 1e12
 #: Largest magnitude accepted for an integer read from input (int64 arithmetic on it must not overflow).
 _I64_SAFE = 2**62
 #: Plausible ranks and world sizes (a value outside is damage, not a job).

@@ -222,6 +222,10 @@ def test_odd_documents_behave_as_before(tmp_path, content):
         with pytest.raises(InputError, match="truncated before the first complete event"):
             kineto.load_trace(p, chunk_bytes=16)
         return
+    if content.startswith(b"[") and want.salvage is not None:
+        # Deliberate change: a complete bare array is a whole trace, not a salvage of a truncated one.
+        want.salvage = None
+        want.warnings = [w for w in want.warnings if "truncated trace salvaged" not in w]
     for cb in (16, 1 << 20):
         _same(kineto.load_trace(p, chunk_bytes=cb), want)
 
