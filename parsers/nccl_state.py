@@ -42,7 +42,7 @@ _V_START, _V_FN, _V_JOBRANK, _V_COMMID, _V_SHAPE = "2.18.3", "2.21", "2.29", "2.
 
 def _ver_key(v: str) -> tuple[int, ...]:
     """Sortable tuple of a dotted version string."""
-    return tuple(int(x) for x in re.findall(r"\d+", v)[:3])
+    return tuple(int(x) for x in re.findall(r"\d{1,9}", v)[:3])  # bounded: no 5000-digit int()
 
 
 @dataclass

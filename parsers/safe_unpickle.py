@@ -92,10 +92,90 @@ def check_plain(obj: Any, max_nodes: int = 50_000_000, max_depth: int = MAX_DEPT
     return total[id(obj)]
 
 
+#: Largest memo index a pickle may name. A pickler numbers its memo entries 0, 1, 2, … in order, so a real
+#: index is below the number of opcodes before it; the C unpickler allocates the memo up to the largest index
+#: (an 18-byte pickle naming index 2**28 costs 4 GB), so anything beyond is refused before unpickling.
+MAX_MEMO_INDEX = 1 << 24
+
+# Argument layout of each opcode byte, from the standard library's own opcode table: a fixed size >= 0, or
+# one of the markers below (text up to a newline, two such lines, or a length prefix of 1 / 4 / 8 bytes).
+_NL, _NL2, _LEN1, _LEN4, _LEN8 = -1, -2, -3, -4, -5
+
+
+def _arg_layouts() -> list:
+    table: list = [None] * 256
+    special = {pickletools.UP_TO_NEWLINE: _NL, pickletools.TAKEN_FROM_ARGUMENT1: _LEN1,
+               pickletools.TAKEN_FROM_ARGUMENT4: _LEN4, pickletools.TAKEN_FROM_ARGUMENT4U: _LEN4,
+               pickletools.TAKEN_FROM_ARGUMENT8U: _LEN8}
+    for op in pickletools.opcodes:
+        code = op.code.encode("latin-1")[0]
+        if op.arg is None:
+            table[code] = 0
+        elif op.name in ("GLOBAL", "INST"):
+            table[code] = _NL2
+        else:
+            table[code] = op.arg.n if op.arg.n >= 0 else special[op.arg.n]
+    return table
+
+
+_LAYOUT = _arg_layouts()
+_BINPUT, _LONG_BINPUT, _PUT, _STOP = ord("q"), ord("r"), ord("p"), ord(".")
+
+
+def check_memo_indices(data: bytes, max_index: int = MAX_MEMO_INDEX) -> None:
+    """Walk the opcodes once (no object is built) and refuse a memo index no pickler would write.
+
+    Linear in the data; stops quietly at an unknown opcode or a cut-off argument (the unpickler then reports
+    the damage). Raises UnsafePickleError for an index above ``max_index`` or above the opcodes before it.
+    """
+    i, n, ops = 0, len(data), 0
+    layout = _LAYOUT
+    while i < n:
+        code = data[i]
+        i += 1
+        ops += 1
+        k = layout[code]
+        if k is None:
+            return
+        idx = -1
+        if k > 0:
+            if code == _LONG_BINPUT:
+                idx = int.from_bytes(data[i:i + 4], "little")
+            elif code == _BINPUT and i < n:
+                idx = data[i]
+            i += k
+        elif k == 0:
+            if code == _STOP:
+                return
+        elif k == _NL or k == _NL2:
+            j = data.find(b"\n", i)
+            if j < 0:
+                return
+            if code == _PUT:
+                digits = data[i:j].strip()
+                idx = int(digits) if digits.isdigit() and len(digits) <= 20 else max_index + 1
+            if k == _NL2:
+                j = data.find(b"\n", j + 1)
+                if j < 0:
+                    return
+            i = j + 1
+        elif k == _LEN1:
+            if i >= n:
+                return
+            i += 1 + data[i]
+        else:
+            w = 4 if k == _LEN4 else 8
+            i += w + int.from_bytes(data[i:i + w], "little", signed=False)
+        if idx > max_index or idx > ops:
+            raise UnsafePickleError(f"memo index {idx} at byte {i} is beyond what a pickler writes (refused before "
+                                    f"unpickling: it would make the unpickler allocate a memo of that size)")
+
+
 def safe_loads(data: bytes) -> Any:
     """Unpickle `data` refusing every global; raises UnsafePickleError, or UnpicklingError/EOFError when cut off."""
     if len(data) > MAX_PICKLE_BYTES:
         raise UnsafePickleError(f"pickle larger than {MAX_PICKLE_BYTES} bytes")
+    check_memo_indices(data)
     obj = RestrictedUnpickler(io.BytesIO(data)).load()
     check_plain(obj)
     return obj
@@ -111,35 +191,60 @@ _CONST = {"NONE": None, "NEWTRUE": True, "NEWFALSE": False, "EMPTY_DICT": dict, 
           "EMPTY_TUPLE": tuple, "EMPTY_SET": set}
 
 
-def _pop_mark(stack: list) -> list:
-    """Pop items down to the last mark and return them in order."""
-    i = len(stack) - 1
-    while i >= 0 and stack[i] is not _MARK:
-        i -= 1
-    if i < 0:
+def _pop_mark(stack: list, marks: list[int]) -> list:
+    """Pop items down to the last mark (its index kept in ``marks``) and return them in order."""
+    while marks and (marks[-1] >= len(stack) or stack[marks[-1]] is not _MARK):
+        marks.pop()  # a mark that damaged data popped some other way
+    if not marks:
         raise ValueError("mark missing")
+    i = marks.pop()
     items = stack[i + 1:]
     del stack[i:]
     return items
 
 
-def _fold(stack: list) -> Any:
-    """Close every open mark into the container below it; return the bottom object (the partial top level)."""
-    while _MARK in stack:
-        items = _pop_mark(stack)
+def _put_pairs(d: dict, items: list) -> None:
+    """d[k] = v for each (k, v) of a flat list; an unhashable key (damage) is skipped."""
+    for k, v in zip(items[0::2], items[1::2]):
+        try:
+            d[k] = v
+        except TypeError:
+            pass
+
+
+def _fold(stack: list, marks: list[int]) -> Any:
+    """Attach every half-built container to the one below it; return the bottom object (the partial top level).
+
+    Items above a mark (protocol >= 1 batches) go into the container below the mark; then single pending
+    SETITEM / APPEND operands (protocol 0 builds dicts and lists one item at a time) are attached from the top.
+    """
+    while marks:
+        if marks[-1] >= len(stack) or stack[marks[-1]] is not _MARK:
+            marks.pop()
+            continue
+        items = _pop_mark(stack, marks)
         if not stack:
             return items
         tgt = stack[-1]
         if isinstance(tgt, list):
             tgt.extend(items)
         elif isinstance(tgt, dict):
-            tgt.update(zip(items[0::2], items[1::2]))
+            _put_pairs(tgt, items)
+    while len(stack) > 1:
+        v = stack.pop()
+        t = stack[-1]
+        if isinstance(t, list):
+            t.append(v)
+        elif len(stack) >= 2 and isinstance(stack[-2], dict) and not isinstance(t, (dict, list, set)):
+            k = stack.pop()
+            _put_pairs(stack[-1], [k, v])
     return stack[0] if stack else None
 
 
 def salvage_loads(data: bytes) -> tuple[Any, str]:
     """Interpret plain-data opcodes until the data ends or an unsupported opcode; return (partial object, reason)."""
     stack: list = []
+    marks: list[int] = []  # stack indices of the open marks, so closing one never searches the stack
     memo: dict[int, Any] = {}
     reason = "complete"
     try:
@@ -157,6 +262,7 @@ def salvage_loads(data: bytes) -> tuple[Any, str]:
             elif name == "INT":
                 stack.append(arg)
             elif name == "MARK":
+                marks.append(len(stack))
                 stack.append(_MARK)
             elif name in ("BINPUT", "LONG_BINPUT", "PUT"):
                 memo[int(arg)] = stack[-1]
@@ -168,14 +274,14 @@ def salvage_loads(data: bytes) -> tuple[Any, str]:
                 v = stack.pop()
                 stack[-1].append(v)
             elif name == "APPENDS":
-                items = _pop_mark(stack)
+                items = _pop_mark(stack, marks)
                 stack[-1].extend(items)
             elif name == "SETITEM":
                 v = stack.pop()
                 k = stack.pop()
                 stack[-1][k] = v
             elif name == "SETITEMS":
-                items = _pop_mark(stack)
+                items = _pop_mark(stack, marks)
                 stack[-1].update(zip(items[0::2], items[1::2]))
             elif name in ("TUPLE1", "TUPLE2", "TUPLE3"):
                 n = int(name[-1])
@@ -183,19 +289,21 @@ def salvage_loads(data: bytes) -> tuple[Any, str]:
                 del stack[-n:]
                 stack.append(t)
             elif name == "TUPLE":
-                stack.append(tuple(_pop_mark(stack)))
+                stack.append(tuple(_pop_mark(stack, marks)))
             elif name == "LIST":
-                stack.append(list(_pop_mark(stack)))
+                stack.append(list(_pop_mark(stack, marks)))
             elif name == "DICT":
-                items = _pop_mark(stack)
+                items = _pop_mark(stack, marks)
                 stack.append(dict(zip(items[0::2], items[1::2])))
             elif name == "ADDITEMS":
-                items = _pop_mark(stack)
+                items = _pop_mark(stack, marks)
                 stack[-1].update(items)
             elif name == "FROZENSET":
-                stack.append(frozenset(_pop_mark(stack)))
+                stack.append(frozenset(_pop_mark(stack, marks)))
             elif name == "POP":
                 stack.pop()
+            elif name == "POP_MARK":
+                _pop_mark(stack, marks)
             else:
                 reason = f"stopped at unsupported opcode {name}"
                 break
@@ -204,7 +312,7 @@ def salvage_loads(data: bytes) -> tuple[Any, str]:
     except (ValueError, IndexError, KeyError, TypeError, AttributeError) as exc:
         reason = f"data ended or broke mid-opcode (file truncated): {exc}"
     try:
-        obj = _fold(stack)
+        obj = _fold(stack, marks)
     except (ValueError, TypeError) as exc:
         return None, f"{reason}; could not rebuild: {exc}"
     return obj, reason
