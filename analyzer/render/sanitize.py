@@ -107,7 +107,8 @@ def xml(value: Any) -> str:
 
 def github_data(value: Any) -> str:
     """A workflow command's message, escaped as the runner unescapes it: % → %25, CR → %0D, LF → %0A."""
-    return clean(value).replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    s = clean(value).replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    return s.replace("##[", "#" + BREAK + "#[") if "##[" in s else s
 
 
 def github_property(value: Any) -> str:
