@@ -66,7 +66,7 @@ def short(v: Any, limit: int = 200) -> str:
     if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > 256:
         return f"<integer of about {int(v.bit_length() * 0.30103) + 1} digits>"
     try:
-        t = v if isinstance(v, str) else repr(v) if not isinstance(v, (list, tuple, dict, set)) or _small(v, 1000, 8) \
+        t = repr(v) if not isinstance(v, (list, tuple, dict, set)) or _small(v, 1000, 8) \
             else f"<{type(v).__name__} of {len(v)} items>"
     except (ValueError, TypeError, RecursionError):
         t = f"<{type(v).__name__}>"
@@ -371,10 +371,10 @@ def _decode(path: str, data: bytes, warnings: list[str]) -> tuple[Any, str]:
             except UnsafePickleError as exc2:
                 raise InputError(path, f"pickle refused: {exc2}") from None
             if isinstance(obj, dict) and ("entries" in obj or "pg_config" in obj or "version" in obj):
-                warnings.append(f"{path}: pickle unreadable as a whole ({type(exc).__name__}: {short(str(exc))}); "
+                warnings.append(f"{path}: pickle unreadable as a whole ({type(exc).__name__}: {str(exc)[:200]}); "
                                 f"salvaged what was complete: {reason}")
                 return obj, "pickle"
-            raise InputError(path, f"not a readable Flight Recorder pickle ({type(exc).__name__}: {short(str(exc))})") \
+            raise InputError(path, f"not a readable Flight Recorder pickle ({type(exc).__name__}: {str(exc)[:200]})") \
                 from None
     if data.lstrip()[:1] == b"{":
         try:
@@ -387,7 +387,7 @@ def _decode(path: str, data: bytes, warnings: list[str]) -> tuple[Any, str]:
             except RecursionError:
                 raise InputError(path, "JSON nesting too deep to read") from None
             except ValueError as exc2:  # e.g. an integer of more digits than Python converts
-                raise InputError(path, f"not readable JSON: {short(str(exc2))}") from None
+                raise InputError(path, f"not readable JSON: {str(exc2)[:200]}") from None
             if obj is None:
                 raise InputError(path, f"not readable JSON: {exc}") from None
             warnings.append(f"{path}: JSON cut off or corrupt ({exc}); salvaged {len(obj['entries'])} "
@@ -488,7 +488,7 @@ def load_dump(path: str | Path, max_bytes: int = MAX_PICKLE_BYTES) -> FlightReco
     else:
         warnings.append(f"{p}: rank unknown (no usable 'rank' key, no numeric file-name suffix)")
     if raw_rank is not None and source != "dump":
-        warnings.append(f"{p}: 'rank' {short(raw_rank, 40)} is not a rank (an integer 0 <= rank < "
+        warnings.append(f"{p}: 'rank' {short(raw_rank if not isinstance(raw_rank, str) else raw_rank[:40])} is not a rank (an integer 0 <= rank < "
                         f"{MAX_RANK}); " + (f"using the file-name rank {rank}" if rank is not None else "ignored"))
     if (w := rd.warning(p)) is not None:
         warnings.append(w)

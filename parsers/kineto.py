@@ -439,17 +439,18 @@ class _Stream:
             c = _last_boundary(buf, max(start + 1, scanned - 8))
             scanned = len(buf)
             if c < 0:
-                if len(buf) - start > MAX_EVENT_BYTES:
-                    return self.settle(start, len(buf), final=True)
-                want = len(buf) - start + self.chunk
-                continue
-            if self.decode(start, c):
+                if len(buf) - start <= MAX_EVENT_BYTES:
+                    want = len(buf) - start + self.chunk
+                    continue
+                r = self.settle(start, len(buf), final=True)
+            elif self.decode(start, c):
                 self.last_end = self.offset + _end_before(buf, c)
                 buf[c] = ord("[")
                 start = c
                 want = self.chunk
                 continue
-            r = self.settle(start, c + 1, final=len(buf) - start > MAX_EVENT_BYTES)
+            else:
+                r = self.settle(start, c + 1, final=len(buf) - start > MAX_EVENT_BYTES)
             if isinstance(r, tuple):
                 start = r[0]
                 want = self.chunk
