@@ -412,7 +412,7 @@ class LogState:
         comms = _frame(self.comms, COMM_COLUMNS)
         procs = self._processes(comms)
         if len(comms):
-            g = procs.set_index(["host", "pid"])["rank"]
+            g = dict(zip(zip(procs["host"], procs["pid"]), procs["rank"]))
             comms["global_rank"] = [int(g.get((h, p), -1)) for h, p in zip(comms["host"], comms["pid"])]
         conns = _frame(self.conns, CONN_COLUMNS)
         colls = _frame([r + ("", -1) for r in self.colls], COLL_COLUMNS)
@@ -434,7 +434,9 @@ class LogState:
         hosts = {h for h, _ in self.procs}
         single_file_ver = next(iter(self.file_versions)) if len(self.file_versions) == 1 else ""
         rows = []
-        by_proc = {k: g for k, g in comms.groupby(["host", "pid"], sort=False)} if len(comms) else {}
+        by_proc: dict[tuple[str, int], list[tuple[int, int, int]]] = {}  # (line, rank, nranks) per process
+        for h, pd_, ln, rk, nr in zip(comms["host"], comms["pid"], comms["line"], comms["rank"], comms["nranks"]):
+            by_proc.setdefault((h, int(pd_)), []).append((int(ln), int(rk), int(nr)))
         for (host, pid), p in self.procs.items():
             dev = _mode(p.init_devs) if p.init_devs else _mode(p.devs_main) if p.devs_main else _mode(p.devs_any)
             ranked = Counter({k: v for k, v in p.tags.items() if k[1] >= 0})
@@ -447,16 +449,16 @@ class LogState:
                 ver, vsrc = self.rank_versions[lrank], "launcher_rank"
             if not ver and single_file_ver:
                 ver, vsrc = single_file_ver, "file"
-            mine = by_proc.get((host, pid), comms.iloc[:0])
-            world = mine[mine["nranks"] == maxn]["rank"].unique() if len(mine) else []
+            mine = by_proc.get((host, pid), [])
+            world = list(dict.fromkeys(rk for _, rk, nr in mine if nr == maxn))
             if len(world) == 1:
                 rank, src = int(world[0]), "world_comm"
             elif lrank >= 0 and lkind in ("pytorch", "mpi", "srun", "rank_tag"):
                 rank, src = lrank, f"launcher:{lkind}"
             elif p.tests_rank >= 0:
                 rank, src = p.tests_rank, "nccl_tests"
-            elif len(mine):
-                rank, src = int(mine.sort_values("line")["rank"].iloc[0]), "first_comm"
+            elif mine:
+                rank, src = min(mine, key=lambda x: x[0])[1], "first_comm"
             elif lrank >= 0 and lkind == "torchrun" and len(hosts) == 1:
                 rank, src = lrank, "launcher:torchrun"
             else:

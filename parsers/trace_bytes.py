@@ -173,10 +173,14 @@ class BlockReader:
                             self._count(len(tail))
                             yield tail
                     return
+            saved = d.copy()
             try:
                 out = d.decompress(pending, self.block_bytes)
             except zlib.error as exc:
-                self._damage(f"gzip data corrupt ({exc})", consumed)
+                # keep what this call would have given before the damage: replay it from the saved state in
+                # small steps, yielding each step's output until the error comes back
+                at = yield from self._replay(saved, pending)
+                self._damage(f"gzip data corrupt ({exc})", consumed + at)
                 return
             rest = d.unused_data if d.eof else d.unconsumed_tail
             consumed += len(pending) - len(rest)
@@ -204,6 +208,19 @@ class BlockReader:
                     consumed += n
                 member_start = consumed
                 d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+
+    def _replay(self, d, pending: bytes):
+        """Inflate ``pending`` from decompressor state ``d`` in 256-byte steps up to the one that fails (its
+        offset in ``pending`` is the generator's return value)."""
+        for i in range(0, len(pending), 256):
+            try:
+                out = d.decompress(pending[i:i + 256])
+            except zlib.error:
+                return i
+            if out:
+                self._count(len(out))
+                yield out
+        return len(pending)
 
     def _resync(self, pending: bytes) -> Optional[tuple[int, bytes]]:
         """(bytes skipped, data from the next gzip member header) within GZIP_RESYNC_WINDOW, or None."""
