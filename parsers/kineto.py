@@ -179,7 +179,11 @@ def _whole(path: Path) -> tuple["_Collector", _TypedDoc, Optional[dict]]:
         raise InputError(path, f"the JSON around traceEvents is not laid out as a trace and the file is larger "
                                f"than {WHOLE_DOCUMENT_BYTES} bytes; not read") from None
     notes: list[str] = []
-    doc, cut_info = _decode(path, raw.data, notes)
+    try:
+        doc, cut_info = _decode(path, raw.data, notes)
+    except RecursionError:
+        raise InputError(path, f"JSON nested too deep to decode (more than about {_DEPTH_HINT} levels) outside "
+                               "the event list") from None
     if doc.traceEvents is None:
         raise InputError(path, "JSON without a traceEvents array: not a profiler trace")
     salvage = None
@@ -695,7 +699,7 @@ def _decode_members(part: bytes, opening: bool) -> _TypedDoc:
             raise _Fallback()
     try:
         return _DECODER.decode(text)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         raise _Fallback() from None
 
 

@@ -89,9 +89,11 @@ def test_cut_off_pickles_keep_their_complete_entries(proto, tmp_path):
     assert any("salvaged what was complete" in w for w in d.warnings)
 
 
-def test_salvage_of_many_marks_is_linear():
+def test_salvage_of_many_marks_is_linear_and_bounded():
     obj, reason = salvage_loads(b"\x80\x02" + b"(" * 200_000 + b"]")  # quadratic before: minutes
-    assert "truncated" in reason
+    assert "more than 1000 nested marks" in reason
+    obj, reason = salvage_loads(b"\x80\x02]" + b"(K\x01e" * 100_000 + b"(" * 900)  # many marks, each closed
+    assert obj == [1] * 100_000 and "truncated" in reason
 
 
 def test_huge_integer_keys_and_lone_surrogates_are_clear_messages(tmp_path):
