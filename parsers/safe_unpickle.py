@@ -125,48 +125,51 @@ _BINPUT, _LONG_BINPUT, _PUT, _STOP = ord("q"), ord("r"), ord("p"), ord(".")
 def check_memo_indices(data: bytes, max_index: int = MAX_MEMO_INDEX) -> None:
     """Walk the opcodes once (no object is built) and refuse a memo index no pickler would write.
 
-    Linear in the data; stops quietly at an unknown opcode or a cut-off argument (the unpickler then reports
-    the damage). Raises UnsafePickleError for an index above ``max_index`` or above the opcodes before it.
+    Linear in the data (about the unpickler's own time: one step per opcode, string arguments skipped by their
+    length); stops quietly at an unknown opcode or a cut-off argument (the unpickler then reports the damage).
+    Raises UnsafePickleError for an index above ``max_index`` or above the number of opcodes before it.
     """
+    layout, frm, find = _LAYOUT, int.from_bytes, data.find
     i, n, ops = 0, len(data), 0
-    layout = _LAYOUT
     while i < n:
         code = data[i]
+        k = layout[code]
         i += 1
         ops += 1
-        k = layout[code]
+        if k == 0:
+            if code == _STOP:
+                return
+            continue
         if k is None:
             return
         idx = -1
         if k > 0:
             if code == _LONG_BINPUT:
-                idx = int.from_bytes(data[i:i + 4], "little")
+                idx = frm(data[i:i + 4], "little")
             elif code == _BINPUT and i < n:
                 idx = data[i]
             i += k
-        elif k == 0:
-            if code == _STOP:
+        elif k == _LEN1:
+            if i >= n:
                 return
-        elif k == _NL or k == _NL2:
-            j = data.find(b"\n", i)
+            i += 1 + data[i]
+        elif k == _LEN4:
+            i += 4 + frm(data[i:i + 4], "little")
+        elif k == _LEN8:
+            i += 8 + frm(data[i:i + 8], "little")
+        else:
+            j = find(b"\n", i)
             if j < 0:
                 return
             if code == _PUT:
                 digits = data[i:j].strip()
                 idx = int(digits) if digits.isdigit() and len(digits) <= 20 else max_index + 1
             if k == _NL2:
-                j = data.find(b"\n", j + 1)
+                j = find(b"\n", j + 1)
                 if j < 0:
                     return
             i = j + 1
-        elif k == _LEN1:
-            if i >= n:
-                return
-            i += 1 + data[i]
-        else:
-            w = 4 if k == _LEN4 else 8
-            i += w + int.from_bytes(data[i:i + w], "little", signed=False)
-        if idx > max_index or idx > ops:
+        if idx > ops or idx > max_index:
             raise UnsafePickleError(f"memo index {idx} at byte {i} is beyond what a pickler writes (refused before "
                                     f"unpickling: it would make the unpickler allocate a memo of that size)")
 
