@@ -122,3 +122,20 @@ def test_file_names_with_undecodable_bytes_in_json_and_sarif(tmp_path):
         out = tmp_path / f"r.{fmt}"
         assert main([str(tmp_path), "-q", "--jobs", "1", "--format", fmt, "-o", str(out)]) in (0, 1)
         CHECKS[fmt](fmt, out.read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("fmt", ["text", "json", "markdown", "html", "junit", "sarif", "github"])
+def test_lone_surrogates_from_dumps_reach_no_encoder(fmt, tmp_path):
+    """A lone surrogate in a pickle string and in a cut-off JSON dump: every format writes, valid and inert."""
+    import pickle
+
+    from tests.test_hostile_files import DUMP
+    bad = dict(DUMP, pg_config={"0": {"name": "0", "desc": "pg \ud800\n::error::x", "ranks": "[0, 1]"}})
+    bad["entries"] = [dict(e, profiling_name="nccl:all_reduce", process_group=["0", "pg \udc80 \x1b[31m"])
+                      for e in DUMP["entries"]]
+    (tmp_path / "nccl_trace_rank_1").write_bytes(pickle.dumps(bad, protocol=4))
+    text = orjson.dumps(dict(DUMP, rank=0), option=orjson.OPT_INDENT_2).decode().replace("default_pg", "\\ud800")
+    (tmp_path / "nccl_trace_rank_0.json").write_text(text[: len(text) * 2 // 3], encoding="utf-8")
+    out = tmp_path / f"r.{fmt}"
+    assert main([str(tmp_path), "-q", "--jobs", "1", "--format", fmt, "-o", str(out)]) in (0, 1)
+    CHECKS[fmt](fmt, out.read_text(encoding="utf-8"))
