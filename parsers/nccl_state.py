@@ -34,6 +34,9 @@ _INT_COLS = {"pid", "cuda_dev", "launcher_rank", "rank", "nranks", "nnodes", "lo
              "op_count", "count", "datatype", "red_op", "root", "src_line", "result_code", "first_line", "seq",
              "failed_seq", "pg_id", "numel_in", "numel_out", "timeout_ms", "ran_for_ms"}
 _MAX_CHAIN = 64
+#: Distinct (host, pid) processes one log may introduce: a node's log holds a few, a merged log of a large job
+#: thousands. Lines of further processes are skipped and counted (each process costs a few KB of state).
+MAX_PROCESSES = 1 << 16
 _MAX_SAMPLES = 5
 
 # Minimum NCCL version implied by a line shape (reference §0).
@@ -45,7 +48,7 @@ def _ver_key(v: str) -> tuple[int, ...]:
     return tuple(int(x) for x in re.findall(r"\d{1,9}", v)[:3])  # bounded: no 5000-digit int()
 
 
-@dataclass
+@dataclass(slots=True)
 class _Proc:
     """What one (host, pid) has told us so far."""
 
@@ -94,6 +97,8 @@ class LogState:
         self.line_errors = 0  # lines whose handling failed unexpectedly (counted as unrecognised)
         self.first_line_error: tuple[int, str, str] | None = None  # (line, exception, text)
         self.long_lines = 0  # physical lines cut to MAX_LINE_BYTES
+        self.over_procs = 0  # lines of processes beyond MAX_PROCESSES, skipped
+        self.first_over_procs = 0
         self.first_long_line = 0
 
     # ---------------------------------------------------------------- helpers
@@ -137,11 +142,16 @@ class LogState:
                 self._tag_cache[prefix] = tag
         return tag
 
-    def _proc(self, host: str, pid: int, lineno: int) -> _Proc:
-        """The state of one process, created on first sight."""
+    def _proc(self, host: str, pid: int, lineno: int) -> _Proc | None:
+        """The state of one process, created on first sight; None past MAX_PROCESSES (the line is counted)."""
         key = (host, pid)
         p = self.procs.get(key)
         if p is None:
+            if len(self.procs) >= MAX_PROCESSES:
+                if not self.over_procs:
+                    self.first_over_procs = lineno
+                self.over_procs += 1
+                return None
             p = self.procs[key] = _Proc(first_line=lineno)
         return p
 
@@ -158,6 +168,8 @@ class LogState:
         launcher, _ts, host, pid_s, tid_s, dev = env.groups()[:6]
         pid, tid = int64(pid_s), int64(tid_s)
         p = self._proc(host, pid, lineno)
+        if p is None:
+            return
         if dev is not None:
             (p.devs_main if tid == pid else p.devs_any)[int64(dev)] += 1
         tag = self._tag(launcher) if launcher else NO_TAG
@@ -367,6 +379,8 @@ class LogState:
         self.families["nccl_tests"] += 1
         host, pid = m.group("host"), int64(m.group("pid"))
         p = self._proc(host, pid, lineno)
+        if p is None:
+            return
         p.tests_rank = int64(m.group("rank"))
         p.init_devs[int64(m.group("dev"))] += 1
 
@@ -490,6 +504,9 @@ class LogState:
             n, why, t = self.first_line_error
             out.append(f"{self.path}: {self.line_errors} lines could not be handled and were skipped "
                        f"(first at line {n}: {why}; {t!r})")
+        if self.over_procs:
+            out.append(f"{self.path}: more than {MAX_PROCESSES} processes (host:pid) in one log; {self.over_procs} "
+                       f"lines of further processes skipped (first at line {self.first_over_procs})")
         if self.long_lines:
             out.append(f"{self.path}: {self.long_lines} lines longer than {MAX_LINE_BYTES} bytes were cut to their "
                        f"first {MAX_LINE_BYTES} bytes (first at line {self.first_long_line})")

@@ -119,3 +119,13 @@ def test_envelope_matches_the_former_regex_on_real_and_generated_lines():
         assert (old is None) == (new is None), ln
         if old:
             assert old.groups() == new.groups(), ln
+
+
+def test_processes_beyond_the_limit_are_skipped_and_counted(monkeypatch):
+    import parsers.nccl_state as state
+    monkeypatch.setattr(state, "MAX_PROCESSES", 100)
+    lines = [f"h{i}:{i}:1 [0] NCCL INFO comm 0x{i:x} rank 0 nranks 2 cudaDev 0 - Init START" for i in range(150)]
+    log = parse_nccl_lines(lines)
+    assert len(log.processes) == 100 and len(log.communicators) == 100
+    assert any("more than 100 processes" in w and "50 lines of further processes skipped (first at line 101)" in w
+               for w in log.warnings)

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import parsers.kineto as kineto
 import parsers.nccl_envelope as env
+import parsers.nccl_state as state
 import parsers.safe_unpickle as su
 import parsers.trace_bytes as tb
 from parsers import flight_recorder as fr
@@ -18,7 +19,7 @@ def _mib(n: int) -> str:
 
 def test_every_named_limit_is_in_the_doc_with_its_value():
     stated = {
-        "MAX_LINE_BYTES": str(env.MAX_LINE_BYTES), "MAX_ENVELOPE_TRIES": str(env.MAX_ENVELOPE_TRIES),
+        "MAX_LINE_BYTES": str(env.MAX_LINE_BYTES), "MAX_PROCESSES": str(state.MAX_PROCESSES), "MAX_ENVELOPE_TRIES": str(env.MAX_ENVELOPE_TRIES),
         "CHUNK_BYTES": _mib(kineto.CHUNK_BYTES), "MAX_EVENT_BYTES": _mib(kineto.MAX_EVENT_BYTES),
         "WHOLE_DOCUMENT_BYTES": _mib(kineto.WHOLE_DOCUMENT_BYTES), "SCAN_PIECE_BYTES": _mib(tb.SCAN_PIECE_BYTES),
         "MAX_INFLATE_RATIO": f"{tb.MAX_INFLATE_RATIO}×", "MIN_INFLATE_BOUND": _mib(tb.MIN_INFLATE_BOUND),
