@@ -34,6 +34,8 @@ if kind == "kineto":
     from parsers.kineto import load_trace as parse
 elif kind == "nccl_log":
     from parsers.nccl_log import parse_nccl_log as parse
+elif kind == "stderr":
+    from parsers.torch_stderr import parse_stderr as parse
 elif kind.startswith("fr"):
     from parsers.flight_recorder import load_dump as parse
 else:
@@ -134,6 +136,16 @@ def nccl_inputs(size: int) -> dict[str, Callable[[], bytes]]:
     }
 
 
+def stderr_inputs(size: int) -> dict[str, Callable[[], bytes]]:
+    clean = (ROOT / "fixtures/stderr/gpu-shapes/nccl_errors.log").read_bytes().splitlines() + \
+        (ROOT / "fixtures/stderr/gpu-shapes/cuda_oom.log").read_bytes().splitlines()
+    n = 60000
+    hostile = [b"Traceback (most recent call last):" * (n // 35), b"[rank1]:" * (n // 8), b"a." * (n // 2) + b"Error",
+               b"RuntimeError: " + b"(" * n, b"  File \"" + b"x" * n, b"\x1b[31m" * (n // 5)]
+    return {"clean": lambda: _repeat(clean, size), "60 KB pathological lines": lambda: _repeat(hostile, size),
+            "one line, no newline": lambda: b"Error: " * (size // 7)}
+
+
 def _dump(size: int) -> dict:
     e = {"record_id": 0, "pg_id": 0, "process_group": ["0", "default_pg"], "collective_seq_id": 1, "p2p_seq_id": 0,
          "op_id": 1, "profiling_name": "nccl:all_reduce", "time_created_ns": 1, "input_sizes": [[1024, 1024]],
@@ -167,7 +179,7 @@ def discover_inputs(size: int) -> dict[str, Callable[[], bytes]]:
             "base64": lambda: b"QUJD" * (size // 4), "colons": lambda: b":" * size}
 
 
-KINDS = {"kineto": (kineto_inputs, ".json"), "nccl_log": (nccl_inputs, ".log"),
+KINDS = {"kineto": (kineto_inputs, ".json"), "nccl_log": (nccl_inputs, ".log"), "stderr": (stderr_inputs, ".log"),
          "fr_pickle": (fr_pickle_inputs, ""), "fr_json": (fr_json_inputs, ".json"), "discover": (discover_inputs, ".log")}
 
 

@@ -270,8 +270,8 @@ def mutate_pickle(rng: random.Random, data: bytes) -> bytes:
 
 
 def mutate(rng: random.Random, data: bytes, kind: str) -> bytes:
-    """One example of damaged input of ``kind`` (trace | log | fr_pickle | fr_json) from a clean fixture."""
-    structural = {"trace": [mutate_json], "fr_json": [mutate_json], "log": [mutate_lines],
+    """One example of damaged input of ``kind`` (trace | log | stderr | fr_pickle | fr_json) from a clean fixture."""
+    structural = {"trace": [mutate_json], "fr_json": [mutate_json], "log": [mutate_lines], "stderr": [mutate_lines],
                   "fr_pickle": [mutate_pickle, memo_bomb, mark_flood]}[kind]
     out = data
     for _ in range(rng.choice([1, 1, 2, 3])):
@@ -296,7 +296,7 @@ def hostile_name(rng: random.Random, kind: str) -> str:
     stem = base[:-5]
     return {"trace": stem + rng.choice([".json", ".pt.trace.json"]), "log": stem.replace("rank", "nccl_rank") + ".log",
             "fr_pickle": "nccl_trace_rank_" + stem[4:] if rng.random() < 0.5 else "nccl_trace_rank_0",
-            "fr_json": "nccl_trace_" + stem + ".json"}[kind]
+            "fr_json": "nccl_trace_" + stem + ".json", "stderr": stem + rng.choice([".stderr", ".err", "-stderr.log"])}[kind]
 
 
 #: The clean seeds of each kind (small real and simulated fixtures).
@@ -305,6 +305,10 @@ SEEDS = {
               "sim/tp_dp_clean/rank1.pt.trace.json.gz"],
     "log": ["nccl_logs/real_public_lines.log", "sim/ddp_clean/nccl_rank0.log", "real-cpu-hang/mismatched_op/rank0.stderr",
             "nccl_logs/synthetic_2x2_nccl2.21_hang.log"],
+    "stderr": ["stderr/gpu-shapes/cuda_oom.log", "stderr/gpu-shapes/nccl_errors.log",
+               "stderr/real-cpu/exit_code_rank/torchrun.log",
+               "stderr/gpu-shapes/cuda_device_assert.log",
+               "real-cpu-hang/size_mismatch_abort/rank0.stderr"],
     "fr_pickle": ["real-cpu-hang/mismatched_op/nccl_trace_rank_0", "real-cpu-hang/missing_rank/nccl_trace_rank_3"],
     "fr_json": ["sim/hang_mismatched_op/nccl_trace_rank_0.json", "sim/hang_stalled_rank/nccl_trace_rank_1.json"],
 }

@@ -21,6 +21,7 @@ COMPANIONS = {
     "trace": ["real-cpu/ddp-straggler/rank1.pt.trace.json.gz", "sim/ddp_clean/nccl_rank1.log"],
     "log": ["sim/ddp_clean/rank1.pt.trace.json.gz", "sim/ddp_clean/nccl_rank1.log"],
     "fr_pickle": ["real-cpu-hang/mismatched_op/nccl_trace_rank_1", "real-cpu-hang/mismatched_op/rank1.stderr"],
+    "stderr": ["real-cpu-hang/size_mismatch_abort/nccl_trace_rank_0", "real-cpu-hang/size_mismatch_abort/rank1.stderr"],
     "fr_json": ["sim/hang_mismatched_op/nccl_trace_rank_1.json", "sim/hang_mismatched_op/nccl_trace_rank_2.json"],
 }
 FORMATS = ("text", "json", "markdown", "html", "junit", "sarif", "github")
@@ -39,7 +40,7 @@ def _folder(tmp_path, rng, kind, i):
 _FIGURES = ("timeline", "pipeline", "heatmap", "share_bars", "wait_matrix", "bandwidth")
 
 
-@pytest.mark.parametrize("kind", ["trace", "log", "fr_pickle", "fr_json"])
+@pytest.mark.parametrize("kind", ["trace", "log", "stderr", "fr_pickle", "fr_json"])
 def test_every_format_parses_and_steers_nothing(kind, tmp_path, fuzz_size, fuzz_seed, monkeypatch):
     import analyzer.render.figures as fg
     real = {name: getattr(fg, name) for name in _FIGURES}
@@ -70,7 +71,7 @@ def test_every_format_parses_and_steers_nothing(kind, tmp_path, fuzz_size, fuzz_
 def test_the_command_on_hostile_folders_never_exits_as_a_crash(tmp_path, fuzz_seed, capsys):
     """The CLI path (all outputs at once, exit code, stderr): a crash would be exit 3."""
     rng = random.Random(f"{fuzz_seed}-cli")
-    for i, kind in enumerate(["trace", "log", "fr_pickle", "fr_json"]):
+    for i, kind in enumerate(["trace", "log", "stderr", "fr_pickle", "fr_json"]):
         d = _folder(tmp_path, rng, kind, i)
         out = tmp_path / f"out{i}"
         out.mkdir()
