@@ -20,7 +20,7 @@ import pandas as pd
 
 from parsers.collective_names import normalise_op, op_from_kernel_name
 from parsers.errors import InputError
-from parsers.trace_bytes import BlockReader, StreamUnsupported, read_trace_bytes, salvage_json_prefix, scan_array
+from parsers.trace_bytes import BlockReader, read_trace_bytes, salvage_json_prefix, scan_array
 
 KINDS = ("compute", "comm", "memcpy", "memset", "sync")
 KIND_CODE = {k: i for i, k in enumerate(KINDS)}

@@ -5,7 +5,6 @@ live in `nccl_messages` (NCCL) and `watchdog_log` (PyTorch); process state and t
 """
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
