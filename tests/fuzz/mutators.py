@@ -37,6 +37,11 @@ EXTREME = [0, -1, 2**31, 2**63 - 1, 2**63, -2**63 - 1, 2**64, 10**30, 1e20, -1e2
 RUNS = ["[", ":", "a", "0", " ", "\\", '"', "{", "}, {", "[1]x", ":1:1 ", "nccl", "NCCL error: ", "(", "\x00", "\xff"]
 
 
+#: An example is cut to this size (the mutators could otherwise compound to gigabytes: the test, not the parser,
+#: would be slow). Huge-input behaviour is measured by benchmarks/adversarial.py.
+MAX_EXAMPLE_BYTES = 4 << 20
+
+
 def read_fixture(rel: str) -> bytes:
     data = (FIXTURES / rel).read_bytes()
     return gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data
@@ -240,9 +245,9 @@ def mutate_lines(rng: random.Random, data: bytes) -> bytes:
         elif what == 1:
             words.insert(j, tok)
         elif what == 2:
-            words[j] = words[j] * rng.choice([2, 100, 5000])
+            words[j] = (words[j] * rng.choice([2, 100, 5000]))[:200_000]
         else:
-            lines.insert(i, lines[i] * rng.choice([2, 50]))
+            lines.insert(i, (lines[i] * rng.choice([2, 50]))[:400_000])
         lines[i] = b" ".join(words)
     return b"\n".join(lines)
 
@@ -278,7 +283,7 @@ def mutate(rng: random.Random, data: bytes, kind: str) -> bytes:
         op = rng.choice(structural * 3 + BYTE_MUTATIONS)
         if op is as_gzip and kind.startswith("fr"):
             op = flip
-        out = op(rng, out)
+        out = op(rng, out)[:MAX_EXAMPLE_BYTES]
         if out[:2] == b"\x1f\x8b":
             break  # a compressed file is the last step (bytes mutated after would only be a flip)
     if kind == "trace" and rng.random() < 0.02:
