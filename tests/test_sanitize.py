@@ -83,16 +83,16 @@ def test_every_renderer_on_hostile_fields_gives_parseable_inert_output():
 
 
 def test_a_crash_exits_3_and_says_so(tmp_path, monkeypatch, capsys):
-    import analyzer.report.assemble as assemble
+    import analyzer.api as api
 
     def boom(*a, **k):
-        raise ValueError("\x1b[31mkaboom\n::error::x")
-    monkeypatch.setattr(assemble, "run_analysis", boom)
+        raise KeyError("\x1b[31mkaboom\n::error::x")
+    monkeypatch.setattr(api, "load", boom)
     (tmp_path / "rank0.json").write_bytes(b'{"traceEvents": []}')
     code = main([str(tmp_path), "-q", "--jobs", "1"])
     err = capsys.readouterr().err
     assert code == EXIT_INTERNAL == 3
-    assert "internal error (ValueError" in err and "not a finding" in err
+    assert "internal error (KeyError" in err and "not a finding" in err
     assert "\x1b" not in err and not any(line.lstrip().startswith("::") for line in err.splitlines())
 
 
