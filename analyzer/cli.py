@@ -9,7 +9,7 @@ from typing import Any, Callable, Optional
 from analyzer import __version__
 
 from analyzer.render.formats import FORMATS  # noqa: E402  (re-exported: analyzer.cli.FORMATS)
-EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 
 EXAMPLES = """\
 examples:
@@ -29,6 +29,7 @@ exit codes (docs/exit-codes.md):
   1  at least one finding reaches --fail-on
   2  usage error (also: a path that does not exist), an output file could not be written,
      the baseline could not be read, or nothing could be analysed
+  3  internal error: a bug in analyze (never a finding); stderr says so
 """
 
 
@@ -104,7 +105,7 @@ def progress_printer(quiet: bool, stream: Any = None) -> Optional[Callable[[int,
         return None
 
     def progress(i: int, n: int, path: str) -> None:
-        name = os.path.basename(path)[-40:]
+        name = _one_line(os.path.basename(path))[-40:]  # a file name must not steer the terminal
         end = "\n" if i >= n else ""
         stream.write(f"\r\033[Kreading {i}/{n} {name}{end}")
         stream.flush()
@@ -166,7 +167,7 @@ class _Stdout:
         if self.closed:
             return
         try:
-            sys.stdout.write(text)
+            write_stdout(text)
             sys.stdout.flush()
         except BrokenPipeError:
             self.closed = True
@@ -177,8 +178,46 @@ class _Stdout:
                 pass
 
 
+def _one_line(x: Any) -> str:
+    from analyzer.render.sanitize import text
+    return text(x)
+
+
+def write_stdout(text: str) -> None:
+    """Write to stdout whatever its encoding (a Latin-1 or ASCII terminal gets '?' for what it cannot show)."""
+    try:
+        sys.stdout.write(text)
+    except UnicodeEncodeError:
+        enc = getattr(sys.stdout, "encoding", None) or "ascii"
+        sys.stdout.flush()
+        data = text.encode(enc, "replace")
+        buf = getattr(sys.stdout, "buffer", None)
+        if buf is not None:
+            buf.write(data)
+            buf.flush()
+        else:
+            sys.stdout.write(data.decode(enc))
+
+
 def main(argv: Optional[list[str]] = None) -> int:
-    """Run the command; returns the exit code (docs/exit-codes.md)."""
+    """Run the command; returns the exit code (docs/exit-codes.md). A crash is exit 3, never 1 ("findings")."""
+    try:
+        return _run(argv)
+    except KeyboardInterrupt:
+        print("analyze: interrupted", file=sys.stderr)
+        return 130
+    except (Exception, RecursionError, MemoryError) as exc:  # noqa: BLE001 - the exit code must say "crash"
+        import traceback
+        print(f"analyze: internal error ({type(exc).__name__}: {_one_line(str(exc))[:500]}). This is a bug in "
+              f"analyze, not a finding about the job (exit code {EXIT_INTERNAL}); please report it with the "
+              "traceback below.", file=sys.stderr)
+        for line in traceback.format_exc().splitlines()[-40:]:
+            print("  " + _one_line(line), file=sys.stderr)
+        return EXIT_INTERNAL
+
+
+def _run(argv: Optional[list[str]] = None) -> int:
+    """The command itself (`main` turns a crash into exit 3)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     from rules.config import config_from_args, handle_info_commands
@@ -215,7 +254,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                         regression_thresholds=thresholds, fail_on=args.fail_on,
                         progress=progress_printer(args.quiet))
     except BaselineError as exc:
-        print(f"analyze: error: {exc}", file=sys.stderr)
+        print(f"analyze: error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_USAGE
     except ValueError as exc:  # --job naming none of the jobs found
         print(f"analyze: error: {exc}", file=sys.stderr)
@@ -230,6 +269,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     for fmt, path in targets:
         color = path is None and fmt == "text" and use_color(args.color, sys.stdout)
         text = analysis.render(fmt, args.fail_on, color, args.verbose)
+        if fmt != "github":  # only the annotations format may hold workflow commands
+            from analyzer.render.sanitize import guard_ci_lines
+            text = guard_ci_lines(text)
         if path is None:
             out.write(text)
             continue
@@ -237,7 +279,8 @@ def main(argv: Optional[list[str]] = None) -> int:
             with open(path, "w", encoding="utf-8") as fh:
                 fh.write(text)
         except OSError as exc:
-            print(f"analyze: error: cannot write {path}: {exc.strerror or exc}", file=sys.stderr)
+            print(f"analyze: error: cannot write {_one_line(path)}: {_one_line(exc.strerror or exc)}",
+                  file=sys.stderr)
             code = EXIT_USAGE
     if args.timeline is not None and analysis.analysed:
         code = _write_timeline(analysis, args, out) or code

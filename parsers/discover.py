@@ -6,9 +6,11 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from parsers.errors import InputError
 from parsers.flight_recorder import looks_like_fr_dump
 from parsers.nccl_log import looks_like_nccl_log
 from parsers.torch_stderr import looks_like_stderr
+from parsers.safe_open import not_regular_reason, open_input
 
 #: Kinds a file can be classified as.
 KINETO, NCCL_LOG, FR_DUMP, UNKNOWN = "kineto", "nccl_log", "flight_recorder", "unknown"
@@ -24,6 +26,7 @@ _MAGIC = ((b"\x7fELF", "binary: an ELF executable or library"), (b"\x89PNG", "bi
           (b"GIF8", "binary: a GIF image"), (b"\x93NUMPY", "binary: a numpy array"),
           (b"BZh", "binary: bzip2-compressed"), (b"\xfd7zXZ", "binary: xz-compressed"),
           (b"\x28\xb5\x2f\xfd", "binary: zstd-compressed"))
+UTF8_BOM = b"\xef\xbb\xbf"
 
 
 @dataclass(frozen=True)
@@ -45,8 +48,8 @@ def iter_files(paths: list[str | Path]) -> tuple[list[Path], list[tuple[str, str
             for root, dirs, names in os.walk(p):
                 dirs[:] = sorted(d for d in dirs if not d.startswith("."))
                 files.extend(Path(root) / n for n in sorted(names) if not n.startswith("."))
-        elif p.is_file():
-            files.append(p)
+        elif p.is_file() or (p.exists() and not p.is_dir()):
+            files.append(p)  # FIFOs and devices too: classify() refuses them by name, without opening them
         else:
             problems.append((str(p), "no such file or folder"))
     return files, problems
@@ -54,7 +57,7 @@ def iter_files(paths: list[str | Path]) -> tuple[list[Path], list[tuple[str, str
 
 def read_head(path: Path, n: int = _HEAD_BYTES) -> bytes:
     """The first ``n`` bytes of a file, inflated when it is gzip (a damaged gzip yields what inflates)."""
-    with open(path, "rb") as fh:
+    with open_input(path) as fh:
         blob = fh.read(n)
     if blob.startswith(b"\x1f\x8b"):
         d = zlib.decompressobj(16 + zlib.MAX_WBITS)
@@ -67,12 +70,21 @@ def read_head(path: Path, n: int = _HEAD_BYTES) -> bytes:
 
 def classify(path: Path) -> InputFile:
     """Classify one file as kineto / nccl_log / flight_recorder / stderr / unknown by sniffing its head."""
+    special = not_regular_reason(path)
+    if special:
+        return InputFile(str(path), UNKNOWN, special)
     try:
         head = read_head(path)
+    except InputError as exc:
+        return InputFile(str(path), UNKNOWN, exc.reason)
     except OSError as exc:
         return InputFile(str(path), UNKNOWN, f"cannot read ({exc.strerror or exc})")
+    if head.startswith(UTF8_BOM):
+        head = head[len(UTF8_BOM):]
     if not head:
-        return InputFile(str(path), UNKNOWN, "empty file" if path.stat().st_size == 0 else "unreadable gzip")
+        with open_input(path) as fh:
+            gz = fh.read(2) == b"\x1f\x8b"
+        return InputFile(str(path), UNKNOWN, "unreadable gzip" if gz else "empty file")
     name = path.name.lower()
     for magic, what in _MAGIC:
         if head.startswith(magic):

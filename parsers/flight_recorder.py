@@ -15,6 +15,7 @@ import pandas as pd
 
 from parsers.collective_names import normalise_op as canonical_op
 from parsers.errors import InputError
+from parsers.safe_open import open_input
 from parsers.safe_unpickle import MAX_PICKLE_BYTES, UnsafePickleError, check_plain, safe_loads, salvage_loads
 
 ENTRY_COLUMNS = [
@@ -58,6 +59,18 @@ class FlightRecorderDump:
     comm_lib_version: str = ""
     backend: str = ""
     has_entries: bool = True
+
+
+def short(v: Any, limit: int = 200) -> str:
+    """repr-like text of any value, at most ``limit`` characters; never raises (huge ints, odd objects)."""
+    if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > 256:
+        return f"<integer of about {int(v.bit_length() * 0.30103) + 1} digits>"
+    try:
+        t = repr(v) if not isinstance(v, (list, tuple, dict, set)) or _small(v, 1000, 8) \
+            else f"<{type(v).__name__} of {len(v)} items>"
+    except (ValueError, TypeError, RecursionError):
+        t = f"<{type(v).__name__}>"
+    return t if len(t) <= limit else t[:limit] + "…"
 
 
 def normalise_op(profiling_name: str) -> tuple[str, int]:
@@ -317,10 +330,22 @@ def rank_from_name(path: str | Path) -> int | None:
     return valid_rank(m.group(1)) if m else None
 
 
+_BOM = b"\xef\xbb\xbf"
+
+
+def is_pickle(head: bytes) -> bool:
+    """A pickle's first bytes: PROTO 2-5, or a protocol 0/1 dict (`(d…` MARK DICT, `}` EMPTY_DICT)."""
+    if head[:1] == b"\x80":
+        return len(head) > 1 and 2 <= head[1] <= 5
+    return head[:2] == b"(d" or head[:2] in (b"}q", b"}r", b"}(", b"}\x94")
+
+
 def looks_like_fr_dump(head: bytes) -> bool:
     """True when the first bytes of a file look like a Flight Recorder dump (pickle or JSON)."""
-    if head[:1] == b"\x80" and len(head) > 1 and 2 <= head[1] <= 5:
+    if is_pickle(head):
         return b"entries" in head or b"pg_config" in head
+    if head.startswith(_BOM):
+        head = head[len(_BOM):]
     s = head.lstrip()[:1]
     if s == b"{":  # a dump of an empty buffer has no "entries" key at all: pg_config + pg_status identify it
         return (b'"entries"' in head and (b'"version"' in head or b'"pg_config"' in head)) or \
@@ -332,7 +357,9 @@ def _decode(path: str, data: bytes, warnings: list[str]) -> tuple[Any, str]:
     """Bytes → (top-level object, format), salvaging a cut-off file; InputError when nothing is readable."""
     if not data:
         raise InputError(path, "empty file")
-    if data[:1] == b"\x80":
+    if data.startswith(_BOM):
+        data = data[len(_BOM):]
+    if is_pickle(data):
         try:
             return safe_loads(data), "pickle"
         except UnsafePickleError as exc:
@@ -344,10 +371,11 @@ def _decode(path: str, data: bytes, warnings: list[str]) -> tuple[Any, str]:
             except UnsafePickleError as exc2:
                 raise InputError(path, f"pickle refused: {exc2}") from None
             if isinstance(obj, dict) and ("entries" in obj or "pg_config" in obj or "version" in obj):
-                warnings.append(f"{path}: pickle unreadable as a whole ({type(exc).__name__}: {exc}); "
+                warnings.append(f"{path}: pickle unreadable as a whole ({type(exc).__name__}: {str(exc)[:200]}); "
                                 f"salvaged what was complete: {reason}")
                 return obj, "pickle"
-            raise InputError(path, f"not a readable Flight Recorder pickle ({type(exc).__name__}: {exc})") from None
+            raise InputError(path, f"not a readable Flight Recorder pickle ({type(exc).__name__}: {str(exc)[:200]})") \
+                from None
     if data.lstrip()[:1] == b"{":
         try:
             obj = orjson.loads(data)
@@ -358,6 +386,8 @@ def _decode(path: str, data: bytes, warnings: list[str]) -> tuple[Any, str]:
                 obj = _salvage_json(data)
             except RecursionError:
                 raise InputError(path, "JSON nesting too deep to read") from None
+            except ValueError as exc2:  # e.g. an integer of more digits than Python converts
+                raise InputError(path, f"not readable JSON: {str(exc2)[:200]}") from None
             if obj is None:
                 raise InputError(path, f"not readable JSON: {exc}") from None
             warnings.append(f"{path}: JSON cut off or corrupt ({exc}); salvaged {len(obj['entries'])} "
@@ -404,7 +434,7 @@ def _salvage_json(data: bytes) -> dict | None:
 
 def _version_tuple(v: str) -> tuple[int, ...]:
     """'2.10' → (2, 10) so that 2.10 sorts after 2.9."""
-    return tuple(int(x) for x in re.findall(r"\d+", v)[:3])
+    return tuple(int(x) for x in re.findall(r"\d{1,9}", v)[:3])  # bounded: no 5000-digit int()
 
 
 def load_dump(path: str | Path, max_bytes: int = MAX_PICKLE_BYTES) -> FlightRecorderDump:
@@ -412,7 +442,7 @@ def load_dump(path: str | Path, max_bytes: int = MAX_PICKLE_BYTES) -> FlightReco
     p = str(path)
     warnings: list[str] = []
     try:
-        with open(p, "rb") as fh:
+        with open_input(p) as fh:
             data = fh.read(max_bytes + 1)
     except OSError as exc:
         raise InputError(p, f"cannot open: {exc.strerror or exc}") from None
@@ -458,7 +488,7 @@ def load_dump(path: str | Path, max_bytes: int = MAX_PICKLE_BYTES) -> FlightReco
     else:
         warnings.append(f"{p}: rank unknown (no usable 'rank' key, no numeric file-name suffix)")
     if raw_rank is not None and source != "dump":
-        warnings.append(f"{p}: 'rank' {rd.text(raw_rank, 'rank')[:40]!r} is not a rank (an integer 0 <= rank < "
+        warnings.append(f"{p}: 'rank' {short(raw_rank if not isinstance(raw_rank, str) else raw_rank[:40])} is not a rank (an integer 0 <= rank < "
                         f"{MAX_RANK}); " + (f"using the file-name rank {rank}" if rank is not None else "ignored"))
     if (w := rd.warning(p)) is not None:
         warnings.append(w)
@@ -482,15 +512,15 @@ def _read_pg_config(p: str, cfg: Any, warnings: list[str], rd: _Reader) -> tuple
         return out, names
     for key, v in cfg.items():
         if not isinstance(v, dict):
-            warnings.append(f"{p}: pg_config[{key!r}] is not a dict; ignored")
+            warnings.append(f"{p}: pg_config[{short(key)}] is not a dict; ignored")
             continue
         key = rd.text(key, "pg_config")
         name = rd.text(v.get("name", key) or key, "pg_config")
         ranks = parse_ranks(v.get("ranks"))
         if v.get("ranks") is not None and ranks is None:
-            warnings.append(f"{p}: pg_config[{key!r}] ranks {rd.text(v.get('ranks'), 'pg_config')[:200]} unreadable")
+            warnings.append(f"{p}: pg_config[{short(key)}] ranks {rd.text(v.get('ranks'), 'pg_config')[:200]} unreadable")
         elif ranks and not all(0 <= x < MAX_RANK for x in ranks):
-            warnings.append(f"{p}: pg_config[{key!r}] lists ranks outside 0..{MAX_RANK - 1}; membership ignored")
+            warnings.append(f"{p}: pg_config[{short(key)}] lists ranks outside 0..{MAX_RANK - 1}; membership ignored")
             ranks = None
         out[name] = {"desc": rd.text(v.get("desc", "") or "", "pg_config"), "ranks": ranks}
         names[name] = out[name]["desc"]

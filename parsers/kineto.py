@@ -20,7 +20,7 @@ import pandas as pd
 
 from parsers.collective_names import normalise_op, op_from_kernel_name
 from parsers.errors import InputError
-from parsers.trace_bytes import BlockReader, StreamUnsupported, read_trace_bytes, salvage_json_prefix, scan_array
+from parsers.trace_bytes import BlockReader, read_trace_bytes, salvage_json_prefix, scan_array
 
 KINDS = ("compute", "comm", "memcpy", "memset", "sync")
 KIND_CODE = {k: i for i, k in enumerate(KINDS)}
@@ -126,13 +126,22 @@ class _Fallback(Exception):
     """The streaming path cannot reproduce the whole-document result exactly; re-read the file whole."""
 
 
+#: With no `}, {` event boundary in this many bytes the data is damaged (or holds one absurd event): the stream
+#: stops there, keeping every event before. It bounds the buffer, so memory is bounded whatever the file.
+MAX_EVENT_BYTES = 32 << 20
+#: Top-level layouts only the whole-document decoder reads exactly (odd members around the array) are re-read
+#: whole, but only from files up to this size; larger ones keep what the stream read.
+WHOLE_DOCUMENT_BYTES = 64 << 20
+_BOM = b"\xef\xbb\xbf"
+
+
 def load_trace(path: str | Path, chunk_bytes: int = CHUNK_BYTES) -> KinetoTrace:
-    """Parse one Kineto/Chrome trace file (optionally gzip); salvage truncated input with a warning.
+    """Parse one Kineto/Chrome trace file (optionally gzip); salvage cut-off or damaged input with a warning.
 
     The file is inflated and decoded slice by slice (``chunk_bytes`` of ``traceEvents`` at a time) and each
-    slice is reduced to compact columns at once, so memory stays near one slice plus the kept columns. Files
-    the stream cannot handle exactly (bare arrays, corrupt gzip, JSON broken mid-file) go through the
-    whole-document path, which gives the same tables.
+    slice is reduced to compact columns at once, so memory stays near one slice plus the kept columns, whatever
+    the file. Damage (a bad token, flipped bytes, a corrupt gzip member) keeps every event before it. Small files
+    with an odd top-level layout go through the whole-document path, which gives the same tables.
     """
     path = Path(path)
     warnings: list[str] = []
@@ -141,25 +150,40 @@ def load_trace(path: str | Path, chunk_bytes: int = CHUNK_BYTES) -> KinetoTrace:
     except _Fallback:
         col, doc, salvage = _whole(path)
     if salvage is not None and salvage["events_recovered"] == 0:
-        raise InputError(path, f"truncated before the first complete event ({salvage['reason']})")
+        what = "damaged" if salvage.get("damaged") else "truncated"
+        raise InputError(path, f"{what} before the first complete event ({salvage['reason']})")
     if salvage is not None:
+        what = "damaged" if salvage.get("damaged") else "truncated"
         warnings.append(
-            f"{path}: truncated trace salvaged: kept {salvage['events_recovered']} complete events "
+            f"{path}: {what} trace salvaged: kept {salvage['events_recovered']} complete events "
             f"({salvage['bytes_kept']} of {salvage['bytes_read']} bytes; {salvage['reason']})")
     trace = col.finish(path, doc, warnings)
     trace.salvage = salvage
     return trace
 
 
-def _salvage_info(reason: str, bytes_read: int, kept: int, events: int) -> dict:
-    return {"reason": reason, "bytes_read": bytes_read, "bytes_kept": kept, "events_recovered": events}
+def _salvage_info(reason: str, bytes_read: int, kept: int, events: int, damaged: bool = False) -> dict:
+    out = {"reason": reason, "bytes_read": bytes_read, "bytes_kept": kept, "events_recovered": events}
+    if damaged:
+        out["damaged"] = True
+    return out
 
 
 def _whole(path: Path) -> tuple["_Collector", _TypedDoc, Optional[dict]]:
-    """Whole-document path: read all bytes, decode once (salvaging a cut-off tail), collect."""
-    raw = read_trace_bytes(path)
+    """Whole-document path (small files with an odd layout): read all bytes, decode once, collect."""
+    try:
+        raw = read_trace_bytes(path, max_bytes=WHOLE_DOCUMENT_BYTES)
+    except InputError as exc:
+        if "inflates to more than" not in exc.reason:
+            raise
+        raise InputError(path, f"the JSON around traceEvents is not laid out as a trace and the file is larger "
+                               f"than {WHOLE_DOCUMENT_BYTES} bytes; not read") from None
     notes: list[str] = []
-    doc, cut_info = _decode(path, raw.data, notes)
+    try:
+        doc, cut_info = _decode(path, raw.data, notes)
+    except RecursionError:
+        raise InputError(path, f"JSON nested too deep to decode (more than about {_DEPTH_HINT} levels) outside "
+                               "the event list") from None
     if doc.traceEvents is None:
         raise InputError(path, "JSON without a traceEvents array: not a profiler trace")
     salvage = None
@@ -169,6 +193,8 @@ def _whole(path: Path) -> tuple["_Collector", _TypedDoc, Optional[dict]]:
                                 len(raw.data), kept, len(doc.traceEvents))
     col = _Collector()
     col.notes = [f"{path}: {n}" for n in notes]
+    if raw.gzip_note:
+        col.notes.append(f"{path}: {raw.gzip_note}")
     gc_was = gc.isenabled()
     gc.disable()
     try:
@@ -180,120 +206,408 @@ def _whole(path: Path) -> tuple["_Collector", _TypedDoc, Optional[dict]]:
     return col, doc, salvage
 
 
+class _SliceNotes:
+    """What the slice decoder repaired or skipped, reported once per file."""
+
+    def __init__(self) -> None:
+        self.skipped = 0       # elements that are not event objects
+        self.stripped = 0      # events kept without their malformed args
+        self.too_deep = 0      # events nested deeper than the decoder's recursion limit
+        self.out_of_range = 0  # events holding a number no float can hold (1e400)
+        self.utf8_at = -1      # absolute offset of the first invalid UTF-8 byte
+
+    def lines(self) -> list[str]:
+        out = []
+        if self.utf8_at >= 0:
+            out.append(f"invalid UTF-8 replaced (first at byte {self.utf8_at})")
+        if self.skipped or self.stripped:
+            out.append(f"{self.skipped} trace events that are not event objects skipped, {self.stripped} events "
+                       "with malformed args kept without them")
+        if self.out_of_range:
+            out.append(f"{self.out_of_range} trace events holding a number beyond float range skipped")
+        if self.too_deep:
+            out.append(f"{self.too_deep} trace events nested too deep to decode (more than about "
+                       f"{_DEPTH_HINT} levels) skipped")
+        return out
+
+
+_DEPTH_HINT = 1000
+_EVENT_DECODER = msgspec.json.Decoder(_Event)
+_RAW_LIST = msgspec.json.Decoder(list[msgspec.Raw])
+_BYTE_AT = re.compile(r"\(byte (\d+)\)")
+
+
+def _events_of(part, notes: _SliceNotes, base: int) -> list[_Event]:
+    """Decode one slice (a JSON list of events); malformed events and bad UTF-8 are repaired or skipped.
+
+    Raises msgspec.DecodeError only when the slice is not valid JSON text (a wrong boundary guess or damage).
+    ``base`` is the absolute offset of the slice's first byte, for the notes.
+    """
+    try:
+        return _CHUNK_DECODER.decode(part)
+    except (msgspec.ValidationError, RecursionError):
+        data = bytes(part)
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError as bad:
+            if notes.utf8_at < 0:
+                notes.utf8_at = base + bad.start
+            data = data.decode("utf-8", "replace").encode("utf-8")
+        return _lenient_events(data, notes)
+    except (UnicodeDecodeError, msgspec.DecodeError) as exc:
+        if not isinstance(exc, UnicodeDecodeError) and "UTF-8" not in str(exc):
+            raise
+        data = bytes(part)
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError as bad:
+            if notes.utf8_at < 0:
+                notes.utf8_at = base + bad.start
+            return _events_of(data.decode("utf-8", "replace").encode("utf-8"), notes, base)
+        raise exc from None
+
+
+def _lenient_events(part, notes: _SliceNotes) -> list[_Event]:
+    """Event by event: an element of the wrong shape is skipped (or kept without bad args), a too-deep one skipped."""
+    try:
+        raws = _RAW_LIST.decode(part)
+    except RecursionError:
+        data = bytes(part)
+        ends, _ = scan_array(data, 0, all_ends=True)
+        raws, prev = [], 1
+        for e in ends.tolist():
+            s0 = data.find(b"{", prev, e)
+            if s0 >= 0:
+                raws.append(data[s0:e])
+            prev = e
+    out = []
+    for r in raws:
+        try:
+            out.append(_EVENT_DECODER.decode(r))
+            continue
+        except RecursionError:
+            notes.too_deep += 1
+            continue
+        except msgspec.DecodeError:
+            pass
+        try:
+            e = msgspec.json.decode(r)
+        except RecursionError:
+            notes.too_deep += 1
+            continue
+        except msgspec.ValidationError:
+            notes.out_of_range += 1
+            continue
+        except msgspec.DecodeError:
+            notes.skipped += 1
+            continue
+        if not isinstance(e, dict):
+            notes.skipped += 1
+            continue
+        try:
+            out.append(msgspec.convert({k: v for k, v in e.items() if k != "args"}, _Event))
+            notes.stripped += 1
+        except msgspec.ValidationError:
+            notes.skipped += 1
+    return out
+
+
 def _stream(path: Path, chunk_bytes: int) -> tuple["_Collector", _TypedDoc, Optional[dict]]:
     """Streaming path: header, then ``traceEvents`` in slices cut at event boundaries, then the trailer.
 
-    A slice ends at a ``}`` followed by ``,`` and ``{``; if that guess falls inside a string or a nested
-    object, the slice is not valid JSON and the decoder says so, and the exact scanner (strings and
-    nesting respected) is used instead. Anything still unexpected raises _Fallback.
+    A slice ends at a ``}`` followed by ``,`` and ``{`` (found by looking only at bytes not yet searched); if
+    that guess falls inside a string or a nested object, the slice is not valid JSON and the decoder says so,
+    and the exact scanner (strings and nesting respected, in bounded pieces) finds the real cut. Bad tokens
+    and flipped bytes end the stream at the last complete event before them (a salvage that says where).
+    Raises _Fallback only for odd top-level layouts of files up to WHOLE_DOCUMENT_BYTES.
     """
-    try:
-        reader = BlockReader(path, block_bytes=max(chunk_bytes, 1 << 16))
-    except InputError:
-        raise _Fallback() from None
+    reader = BlockReader(path, block_bytes=max(chunk_bytes, 1 << 16))
     blocks = reader.blocks()
-    buf = bytearray()
-    col = _Collector()
+    st = _Stream(reader, blocks, chunk_bytes)
     gc_was = gc.isenabled()
     gc.disable()  # millions of small objects: the cyclic GC only costs time here
     try:
-        # --- header: everything before the traceEvents array -------------------------------------------
+        return st.run()
+    finally:
+        if gc_was:
+            gc.enable()
+        blocks.close()
+
+
+class _Stream:
+    """State of one streaming parse: the buffer (``buf[0]`` is inflated byte ``offset``) and the collector."""
+
+    def __init__(self, reader: BlockReader, blocks, chunk_bytes: int) -> None:
+        self.reader, self.blocks, self.chunk = reader, blocks, chunk_bytes
+        self.buf = bytearray()
+        self.offset = 0
+        self.eof = False
+        self.col = _Collector()
+        self.notes = _SliceNotes()
+        self.bare = False  # Chrome's bare-array form: nothing may follow the array
+
+    def more(self) -> bool:
+        """Append the next block; False at the end of the input."""
+        if self.eof:
+            return False
+        b = next(self.blocks, None)
+        if b is None:
+            self.eof = True
+            return False
+        self.buf += b
+        return True
+
+    def fallback_allowed(self) -> bool:
+        return self.reader.total <= WHOLE_DOCUMENT_BYTES and (self.eof or self.reader.compressed_bytes
+                                                             <= WHOLE_DOCUMENT_BYTES)
+
+    def fallback(self, why: str):
+        """Re-read small files whole; a large one with this layout is refused with ``why``."""
+        if self.fallback_allowed():
+            raise _Fallback()
+        raise InputError(self.reader.path, why)
+
+    def run(self) -> tuple["_Collector", _TypedDoc, Optional[dict]]:
+        head, start = self.header()
+        result = self.events(start)
+        col = self.col
+        col.notes = [f"{self.reader.path}: {n}" for n in self.notes.lines()]
+        if isinstance(result, dict):  # salvage: the events ended at a cut or damage
+            self.note_gzip()
+            return col, head, result
+        tail = self.trailer(result)
+        if tail is not None:
+            for f in head.__struct_fields__:
+                v = getattr(tail, f)
+                if v is not None:
+                    setattr(head, f, v)
+        self.note_gzip()
+        salvage = None
+        if self.reader.gzip_truncated:
+            r = self.reader
+            salvage = _salvage_info(r.gzip_error, r.total, r.total, col.n_events)
+        return col, head, salvage
+
+    def note_gzip(self) -> None:
+        if self.reader.gzip_note:
+            self.col.notes.append(f"{self.reader.path}: {self.reader.gzip_note}")
+
+    # --- header ----------------------------------------------------------------------------------------
+    def header(self) -> tuple[_TypedDoc, int]:
+        """Decode the members before the array; returns them and the index of the array's '[' in buf."""
+        buf = self.buf
         m = None
-        for block in blocks:
-            buf += block
+        while True:
             k = buf.find(b'"traceEvents"')
             if k >= 0:
                 m = _EVENTS_KEY.match(buf, k)
                 if m is not None or len(buf) - k > 4096:
                     break
-            if len(buf) > (64 << 20):
+            lead = _lead(buf)
+            if lead < len(buf) and buf[lead] == ord("[") and k < 0:
+                if _bare_array_start(buf, lead):
+                    self.bare = True
+                    return _TypedDoc(), lead
+            if len(buf) > WHOLE_DOCUMENT_BYTES or not self.more():
                 break
         if m is None:
-            raise _Fallback()
-        head = _decode_members(bytes(buf[:k]), opening=True)
-        start = m.end() - 1  # buf[start] == '['
-        offset = 0           # absolute offset of buf[0] in the inflated stream
-        last_end = start + 1  # absolute offset just past the last decoded element (or the '[')
-        trailer = None
-        eof = False
-        # --- events --------------------------------------------------------------------------------------
-        while trailer is None:
-            if not eof:
-                block = next(blocks, None)
-                if block is None:
-                    eof = True
-                else:
-                    if start > (1 << 20):
-                        del buf[:start]
-                        offset += start
-                        start = 0
-                    buf += block
-                    if len(buf) - start < chunk_bytes:
-                        continue
-            if not eof:
-                c = _last_boundary(buf, start + 1)
-                if c < 0:
+            lead = _lead(buf)
+            if lead < len(buf) and buf[lead] == ord("[") and _bare_array_start(buf, lead):
+                self.bare = True
+                return _TypedDoc(), lead
+            self.fallback(f"no traceEvents array in the first {WHOLE_DOCUMENT_BYTES} bytes: not a profiler trace")
+        lead = len(_BOM) if buf.startswith(_BOM) else 0
+        try:
+            head = _decode_members(bytes(buf[lead:k]), opening=True)
+        except _Fallback:
+            self.fallback("the members before traceEvents are not valid JSON")
+        return head, m.end() - 1
+
+    # --- events ----------------------------------------------------------------------------------------
+    def events(self, start: int):
+        """Decode the array's elements; returns the buf index of its closing ']' or a salvage dict."""
+        buf = self.buf
+        want = self.chunk
+        scanned = start + 1
+        self.last_end = self.offset + start + 1
+        while True:
+            while not self.eof and len(buf) - start < want:
+                if start > (1 << 20):
+                    del buf[:start]
+                    self.offset += start
+                    scanned -= start
+                    start = 0
+                self.more()
+            if self.eof:
+                return self.finish_events(start)
+            c = _last_boundary(buf, max(start + 1, scanned - 8))
+            scanned = len(buf)
+            if c < 0:
+                if len(buf) - start <= MAX_EVENT_BYTES:
+                    want = len(buf) - start + self.chunk
                     continue
-                if _decode_slice(col, buf, start, c):
-                    last_end = offset + _end_before(buf, c)
-                    buf[c] = ord("[")
-                    start = c
-                    continue
-                cut, close = scan_array(buf, start, c + 1)
-                if close >= 0:  # the array ended inside this slice: the rest is the trailer
-                    if not _decode_slice(col, buf, start, close):
-                        raise _Fallback()
-                    start = close
-                    trailer = b""
-                    break
-                if cut <= start + 1 or not _decode_slice(col, buf, start, cut, closing_inserted=True):
-                    raise _Fallback()
-                last_end = offset + cut
-                start = _restart(buf, cut)
-                buf[start] = ord("[")
+                r = self.settle(start, len(buf), final=True)
+            elif self.decode(start, c):
+                self.last_end = self.offset + _end_before(buf, c)
+                buf[c] = ord("[")
+                start = c
+                want = self.chunk
                 continue
-            # end of input: find the array's end, or salvage complete events from a cut-off file
-            close = _find_close(buf, start)
-            if close is not None and _decode_slice(col, buf, start, close):
-                start = close
-                trailer = b""
-                break
-            cut, close = scan_array(buf, start)
-            if close >= 0:
-                if not _decode_slice(col, buf, start, close):
-                    raise _Fallback()
-                start = close
-                trailer = b""
-                break
-            # truncated inside the array: keep the complete events before the cut, as the whole path does
-            if cut > start + 1:
-                if not _decode_slice(col, buf, start, cut, closing_inserted=True):
-                    raise _Fallback()
-                last_end = offset + cut
-            reason = reader.gzip_error or "JSON ends mid-document (file cut off while being written)"
-            salvage = _salvage_info(reason, reader.total, last_end, col.n_events)
-            return col, head, salvage
-        for block in blocks:  # the trailer (normally a few hundred bytes)
-            buf += block
-            if len(buf) - start > (64 << 20):
+            else:
+                r = self.settle(start, c + 1, final=len(buf) - start > MAX_EVENT_BYTES)
+            if isinstance(r, tuple):
+                start = r[0]
+                want = self.chunk
+                continue
+            if r == "more":
+                want = len(buf) - start + self.chunk
+                continue
+            return r  # close index or salvage
+
+    def finish_events(self, start: int):
+        """End of input: find the array's end, or salvage the complete events of a cut-off or damaged file."""
+        buf = self.buf
+        close = _find_close(buf, start)
+        if close is not None and self.decode(start, close):
+            return close
+        while True:
+            r = self.settle(start, len(buf), final=True)
+            if isinstance(r, tuple):
+                start = r[0]
+                continue
+            return r
+
+    def decode(self, start: int, end: int, closing_inserted: bool = False) -> bool:
+        """Decode ``buf[start:end+1]`` as a list of events (see _decode_slice) into the collector."""
+        try:
+            events = _decode_slice(self.buf, start, end, closing_inserted, self.notes, self.offset + start)
+        except msgspec.DecodeError:
+            return False
+        self.col.add(events)
+        return True
+
+    def settle(self, start: int, stop: int, final: bool):
+        """After a failed boundary guess in ``buf[start:stop]``: exact cut, close, "more", or a salvage at damage.
+
+        Returns (next start,) after decoding complete elements, the index of the closing ']' when the array
+        ends inside, "more" when the first element is longer than the region, or a salvage dict.
+        """
+        buf = self.buf
+        cut, close = scan_array(buf, start, stop)
+        if close >= 0 and buf[close] != ord("]"):
+            if cut > start + 1 and self.decode(start, cut, closing_inserted=True):
+                self.last_end = self.offset + cut
+            return self.damage_at(close, "a '}' where the event list should go on or end")
+        if close >= 0:
+            if self.decode(start, close):
+                return close
+            return self.damage(start, close)
+        if cut > start + 1:
+            i, n = cut, len(buf)
+            while i < n and buf[i] in _WS:
+                i += 1
+            if i == n and not self.eof:
+                return "more"  # what follows the element is not read yet
+            if i < n and buf[i] == ord("]"):
+                return i if self.decode(start, i) else self.damage(start, i)
+            if not self.decode(start, cut, closing_inserted=True):
+                return self.damage(start, cut)
+            self.last_end = self.offset + cut
+            if i < n and buf[i] == ord(","):
+                buf[i] = ord("[")
+                return (i,)
+            if i == n:
+                reason = self.reader.gzip_error or "JSON ends mid-document (file cut off while being written)"
+                return _salvage_info(reason, self.reader.total, self.last_end, self.col.n_events)
+            return self.damage_at(i, "an event is followed by something other than ',' or ']'")
+        if not final:
+            return "more"
+        if self.eof and len(buf) - start <= MAX_EVENT_BYTES:
+            reason = self.reader.gzip_error or "JSON ends mid-document (file cut off while being written)"
+            return _salvage_info(reason, self.reader.total, self.last_end, self.col.n_events)
+        return self.damage_at(start, f"no complete event in the {len(buf) - start} bytes after it")
+
+    def damage(self, start: int, end: int) -> dict:
+        """Keep the longest prefix of complete events of ``buf[start:end]`` that decodes; salvage there."""
+        buf = self.buf
+        ends, _ = scan_array(buf, start, end + 1, all_ends=True)
+        ends = ends.tolist()
+        lo, hi, why = 0, len(ends), ""
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            try:
+                _decode_slice(buf, start, ends[mid - 1], True, _SliceNotes(), 0)
+                lo = mid
+            except msgspec.DecodeError as exc:
+                why = str(exc)
+                hi = mid - 1
+        if lo:
+            self.decode(start, ends[lo - 1], closing_inserted=True)
+            self.last_end = self.offset + ends[lo - 1]
+        if not why:
+            try:
+                _decode_slice(buf, start, end, False, _SliceNotes(), 0)
+            except msgspec.DecodeError as exc:
+                why = str(exc)
+        at = _BYTE_AT.search(why)
+        where = self.offset + start + int(at.group(1)) if at else self.last_end
+        why = _BYTE_AT.sub("", why).strip().rstrip(":")
+        return _salvage_info(f"invalid JSON at byte {where} ({why or 'malformed'}); the rest of the file is "
+                             "not read", self.reader.total, self.last_end, self.col.n_events, damaged=True)
+
+    def damage_at(self, pos: int, why: str) -> dict:
+        return _salvage_info(f"damaged data at byte {self.offset + pos}: {why}; the rest of the file is not read",
+                             self.reader.total, self.last_end, self.col.n_events, damaged=True)
+
+    # --- trailer ---------------------------------------------------------------------------------------
+    def trailer(self, close: int) -> Optional[_TypedDoc]:
+        """The members after the array (normally a few hundred bytes); None when they are unreadable."""
+        buf = self.buf
+        while len(buf) - close <= (64 << 20) and self.more():
+            pass
+        if len(buf) - close > (64 << 20):
+            self.col.notes.append(f"{self.reader.path}: more than 64 MB after the traceEvents array; "
+                                  "members there ignored")
+            return None
+        if self.bare and not bytes(buf[close + 1:]).strip(_WS):
+            return None
+        try:
+            tail = _decode_members(bytes(buf[close + 1:]), opening=False)
+            if tail.traceEvents is not None:
                 raise _Fallback()
-        tail = _decode_members(bytes(buf[start + 1:]), opening=False)
-        if tail.traceEvents is not None:
-            raise _Fallback()
-        for f in head.__struct_fields__:
-            v = getattr(tail, f)
-            if v is not None:
-                setattr(head, f, v)
-        salvage = None
-        if reader.gzip_truncated:
-            salvage = _salvage_info(reader.gzip_error, reader.total, reader.total, col.n_events)
-        return col, head, salvage
-    except StreamUnsupported:
-        raise _Fallback() from None
-    finally:
-        if gc_was:
-            gc.enable()
-        blocks.close()
+            return tail
+        except _Fallback:
+            if self.fallback_allowed():
+                raise
+            self.col.notes.append(f"{self.reader.path}: the members after the traceEvents array are not valid "
+                                  "JSON; ignored (the events are kept)")
+            return None
+
+
+def _lead(buf: bytearray) -> int:
+    """Index of the first byte after a UTF-8 BOM and whitespace."""
+    i = len(_BOM) if buf.startswith(_BOM) else 0
+    n = len(buf)
+    while i < n and buf[i] in _WS:
+        i += 1
+    return i
+
+
+def _bare_array_start(buf: bytearray, lead: int) -> bool:
+    """Chrome's bare-array form `[ {...}, ... ]` (or an empty `[]`) starts at ``lead``."""
+    i = lead + 1
+    n = len(buf)
+    while i < n and buf[i] in _WS:
+        i += 1
+    return i < n and buf[i] in (ord("{"), ord("]"))
+
+
+def _next_separator(buf: bytearray, cut: int) -> Optional[int]:
+    """After an element ending at ``cut``: the offset of the ',' before the next element, else None."""
+    i, n = cut, len(buf)
+    while i < n and buf[i] in _WS:
+        i += 1
+    return i if i < n and buf[i] == ord(",") else None
 
 
 def _end_before(buf: bytearray, c: int) -> int:
@@ -304,35 +618,28 @@ def _end_before(buf: bytearray, c: int) -> int:
     return i + 1
 
 
-def _restart(buf: bytearray, cut: int) -> int:
-    """After a slice ending at ``cut``, the offset of the ',' before the next element (made '[')."""
-    i = cut
-    n = len(buf)
-    while i < n and buf[i] in _WS:
-        i += 1
-    if i < n and buf[i] == ord(","):
-        return i
-    raise _Fallback()
+_BOUNDARY = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
+_BOUNDARY_WINDOW = 1 << 16
 
 
 def _last_boundary(buf: bytearray, lo: int) -> int:
-    """Offset of the ',' in the last ``}`` ws ``,`` ws ``{`` of ``buf[lo:]``, or -1."""
+    """Offset of the ',' in the last ``}`` ws ``,`` ws ``{`` of ``buf[lo:]``, or -1.
+
+    Searched in windows from the end, each by the regex engine (no Python loop per byte or per brace), and
+    callers pass a ``lo`` just before the bytes not yet searched, so no byte is searched twice.
+    """
     hi = len(buf)
-    while True:
-        p = buf.rfind(b"}", lo, hi)
-        if p < 0:
-            return -1
-        i = p + 1
-        n = len(buf)
-        while i < n and buf[i] in _WS:
-            i += 1
-        if i < n and buf[i] == ord(","):
-            j = i + 1
-            while j < n and buf[j] in _WS:
-                j += 1
-            if j < n and buf[j] == ord("{"):
-                return i
-        hi = p
+    while hi > lo:
+        w = max(lo, hi - _BOUNDARY_WINDOW)
+        last = None
+        for m in _BOUNDARY.finditer(buf, w, min(len(buf), hi + 256)):
+            if m.start() >= hi:
+                break
+            last = m
+        if last is not None:
+            return last.start() + last.group().index(b",")
+        hi = w
+    return -1
 
 
 def _find_close(buf: bytearray, start: int) -> Optional[int]:
@@ -342,33 +649,28 @@ def _find_close(buf: bytearray, start: int) -> Optional[int]:
         q = buf.rfind(b"]", start, q)
         if q < 0:
             return None
-        tail = bytes(buf[q + 1:]).strip(_WS)
-        if tail == b"}" or tail.startswith(b","):
+        tail = bytes(buf[q + 1:q + 4096]).strip(_WS)
+        if tail == b"}" or tail.startswith(b",") or (not tail and q + 4096 >= len(buf)):
             return q
     return None
 
 
-def _decode_slice(col: "_Collector", buf: bytearray, start: int, end: int, closing_inserted: bool = False) -> bool:
+def _decode_slice(buf: bytearray, start: int, end: int, closing_inserted: bool, notes: _SliceNotes,
+                  base: int) -> list[_Event]:
     """Decode the event list ``buf[start:end+1]`` (``buf[start]`` is '['; ``buf[end]`` is made ']' meanwhile).
 
     With ``closing_inserted``, ``buf[start:end]`` ends just after a complete element and ']' is appended to
-    a copy. Returns False when the bytes are not a valid event list (a wrong boundary guess, or bad input).
+    a copy. Raises msgspec.DecodeError when the bytes are not a valid event list (a wrong guess, or damage).
     """
+    if closing_inserted:
+        return _events_of(bytes(buf[start:end]) + b"]", notes, base)
+    saved = buf[end]
+    buf[end] = ord("]")
     try:
-        if closing_inserted:
-            events = _CHUNK_DECODER.decode(bytes(buf[start:end]) + b"]")
-        else:
-            saved = buf[end]
-            buf[end] = ord("]")
-            try:
-                with memoryview(buf) as mv, mv[start:end + 1] as part:
-                    events = _CHUNK_DECODER.decode(part)
-            finally:
-                buf[end] = saved
-    except (msgspec.DecodeError, UnicodeDecodeError):
-        return False
-    col.add(events)
-    return True
+        with memoryview(buf) as mv, mv[start:end + 1] as part:
+            return _events_of(part, notes, base)
+    finally:
+        buf[end] = saved
 
 
 def _decode_members(part: bytes, opening: bool) -> _TypedDoc:
@@ -397,7 +699,7 @@ def _decode_members(part: bytes, opening: bool) -> _TypedDoc:
             raise _Fallback()
     try:
         return _DECODER.decode(text)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         raise _Fallback() from None
 
 
@@ -459,12 +761,21 @@ def _decode(path: Path, data: bytes, notes: Optional[list[str]] = None) -> tuple
                 return _typed_or_lenient(data, notes), None
         except msgspec.DecodeError as exc:
             first_error = str(exc)
-        stripped = data.lstrip()
+        stripped = data[len(_BOM):].lstrip() if data.startswith(_BOM) else data.lstrip()
         if not stripped.startswith((b"{", b"[")):
             raise InputError(path, f"not JSON ({first_error})")
         if stripped.startswith(b"["):
-            # Chrome's bare-array form: [ {...}, {...} ]
+            # Chrome's bare-array form: [ {...}, {...} ], complete (not a salvage) when it decodes as one
             data = b'{"traceEvents":' + stripped
+            try:
+                return _typed_or_lenient(data + b"}", notes), None
+            except (msgspec.DecodeError, UnicodeDecodeError):
+                pass
+        elif data.startswith(_BOM):
+            try:
+                return _typed_or_lenient(stripped, notes), None
+            except (msgspec.DecodeError, UnicodeDecodeError):
+                data = stripped
         try:
             fixed, kept = salvage_json_prefix(data)
             return _typed_or_lenient(fixed, notes), (0, kept)
@@ -561,6 +872,7 @@ class _Collector:
     def __init__(self) -> None:
         self.n_events = 0
         self.n_bad = 0
+        self.n_bad_dur = 0
         self.flags: dict[str, int] = {}
         self.name_code: dict[str, int] = {}
         self.name_list: list[str] = []
@@ -639,7 +951,9 @@ class _Collector:
             d = e.dur
             if d.__class__ is not float:
                 d = _num(d, 0.0)
-            if not (d > 0 and d - d == 0):
+            if not (0 < d < _MAX_DUR_US):
+                if d >= _MAX_DUR_US:  # negatives and NaN stay a silent 0 as before; huge ones are counted
+                    self.n_bad_dur += 1
                 d = 0.0
             if cls == _C_GPU:
                 if not bad:
@@ -766,6 +1080,9 @@ class _Collector:
         warnings.extend(self.notes)
         if self.n_bad:
             warnings.append(f"{path}: {self.n_bad} events with a non-numeric or out-of-range ts ignored")
+        if self.n_bad_dur:
+            warnings.append(f"{path}: {self.n_bad_dur} events with a dur of {_MAX_DUR_US:.0e} µs or more "
+                            "(beyond any real span) read as 0")
         self.base_ns = base_ns
         self.name_flags = np.array([self.flags[n] for n in self.name_list], dtype=np.int64)
         self.tid_int = _int_col(self.tid_list)
@@ -1021,6 +1338,8 @@ def _meta(doc: _TypedDoc, dist: dict, path: Path) -> dict:
     }
 
 
+#: Longest plausible span (µs, about 11.6 days): a longer dur is damage and would overflow int64 ns with its ts.
+_MAX_DUR_US = 1e12
 #: Largest magnitude accepted for an integer read from input (int64 arithmetic on it must not overflow).
 _I64_SAFE = 2**62
 #: Plausible ranks and world sizes (a value outside is damage, not a job).

@@ -6,21 +6,22 @@ live in `nccl_messages` (NCCL) and `watchdog_log` (PyTorch); process state and t
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
 from parsers.errors import InputError
-from parsers.nccl_envelope import (LEVEL_MARKERS, NCCL_LINE, clean_line, collect_rejected_ints,
+from parsers.nccl_envelope import (LEVEL_MARKERS, MAX_LINE_BYTES, clean_line, collect_rejected_ints, match_envelope,
                                    stop_collecting_rejected_ints)
+from parsers.safe_open import open_input
+from parsers.trace_bytes import GZIP_MAGIC, BlockReader
 from parsers.nccl_messages import NCCL_TESTS_FAIL, NCCL_TESTS_RANK, VERSION, classify_message
 from parsers.nccl_state import LogState
 from parsers.watchdog_log import PT_MARKERS, parse_pytorch_line
 
 HEAD_BYTES = 65536
-_SNIFF_NCCL = re.compile(rb"[^\s:]*:\d+:\d+ (?:\[-?\d+\] )?(?:\S+ )?NCCL (?:INFO|WARN)")
 _SNIFF_PT = re.compile(
     rb"ProcessGroupNCCL\.cpp:\d+\]|Watchdog caught collective operation timeout|NCCL version \d+\.\d+\.\d+\+cuda"
     rb"|NCCL error in: \S+ProcessGroupNCCL"
@@ -49,17 +50,34 @@ class NcclLog:
 def looks_like_nccl_log(head: bytes) -> bool:
     """True when the first bytes of a file hold NCCL INFO/WARN lines or ProcessGroupNCCL/watchdog lines."""
     head = head[:HEAD_BYTES]
-    return bool(_SNIFF_NCCL.search(head) or _SNIFF_PT.search(head))
+    if _SNIFF_PT.search(head):
+        return True
+    for line in head.split(b"\n"):
+        if b"NCCL INFO" in line or b"NCCL WARN" in line:
+            env = match_envelope(line.decode("utf-8", "replace").rstrip())
+            if env is not None and env.group("level") in ("INFO", "WARN"):
+                return True
+    return False
 
 
 def parse_nccl_log(path: str | Path) -> NcclLog:
     """Parse one log file; raises InputError only when the file cannot be opened or read at all."""
     p = Path(path)
     try:
-        with open(p, "rb") as fh:
+        with open_input(p) as fh:
             head = fh.read(HEAD_BYTES)
-            fh.seek(0)
-            log = parse_nccl_lines(fh, path=str(p))
+            gz = head.startswith(GZIP_MAGIC)
+            if not gz:
+                fh.seek(0)
+                log = parse_nccl_lines(bounded_lines(fh), path=str(p))
+        if gz:  # a gzipped log is read inflated (discovery classified it by its inflated head)
+            reader = BlockReader(p, block_bytes=1 << 20)
+            first: list[bytes] = []
+            log = parse_nccl_lines(block_lines(reader.blocks(), first), path=str(p))
+            head = first[0][:HEAD_BYTES] if first else b""
+            for why in (reader.gzip_error, reader.gzip_note):
+                if why:
+                    log.warnings.append(f"{p}: {why}")
     except (OSError, MemoryError) as exc:
         raise InputError(p, f"cannot read file ({exc.__class__.__name__}: {exc.strerror or exc})") from exc
     nul = head.count(b"\0")
@@ -67,6 +85,54 @@ def parse_nccl_log(path: str | Path) -> NcclLog:
         log.warnings.insert(0, f"{p}: looks like a binary file ({nul} NUL bytes in the first {len(head)} bytes), "
                                "not an NCCL log; nothing extracted")
     return log
+
+
+def bounded_lines(fh, limit: int = MAX_LINE_BYTES) -> Iterator[bytes]:
+    """The lines of a binary file, each at most ``limit + 1`` bytes: the rest of a longer line is skipped unread."""
+    while True:
+        line = fh.readline(limit + 1)
+        if not line:
+            return
+        if len(line) > limit and not line.endswith(b"\n"):
+            while True:  # skip the rest of the physical line in bounded reads
+                rest = fh.readline(limit)
+                if not rest or rest.endswith(b"\n"):
+                    break
+        yield line
+
+
+def block_lines(blocks: Iterable[bytes], first: list[bytes] | None = None,
+                limit: int = MAX_LINE_BYTES) -> Iterator[bytes]:
+    """Lines of a stream of byte blocks, each at most ``limit + 1`` bytes (the rest of a longer line skipped)."""
+    carry = bytearray()
+    skipping = False
+    for block in blocks:
+        if first is not None and not first:
+            first.append(block)
+        start = 0
+        while True:
+            nl = block.find(b"\n", start)
+            if nl < 0:
+                if not skipping:
+                    carry += block[start:start + limit + 1 - len(carry)]
+                    if len(carry) > limit:
+                        yield bytes(carry)
+                        carry.clear()
+                        skipping = True
+                break
+            if skipping:
+                skipping = False
+            else:
+                if len(carry) + nl + 1 - start > limit + 1:
+                    carry += block[start:start + limit + 1 - len(carry)]
+                    yield bytes(carry)
+                else:
+                    carry += block[start:nl + 1]
+                    yield bytes(carry)
+                carry.clear()
+            start = nl + 1
+    if carry:
+        yield bytes(carry)
 
 
 def parse_nccl_lines(lines: Iterable[bytes | str], path: str = "<memory>") -> NcclLog:
@@ -106,6 +172,9 @@ class _LineParser:
 
     def _feed(self, lineno: int, raw: bytes | str) -> None:
         """Classify and record one physical line."""
+        if len(raw) > MAX_LINE_BYTES:
+            raw = raw[:MAX_LINE_BYTES]
+            self.state.note_long_line(lineno)
         if isinstance(raw, bytes):
             self.last_newline = raw.endswith(b"\n")
             text = raw.decode("utf-8", errors="replace")
@@ -219,7 +288,7 @@ class _LineParser:
 def classify_line(text: str) -> tuple | None:
     """Pure classification of one cleaned line; None when it is neither NCCL nor PyTorch output."""
     if any(mk in text for mk in LEVEL_MARKERS):
-        m = NCCL_LINE.match(text)
+        m = match_envelope(text)
         if m:
             msg = m.group("msg") or ""
             family, mm = classify_message(msg, m.group("level"))

@@ -9,7 +9,7 @@ import re
 
 VERSION = re.compile(r"NCCL version (?P<ver>\d+\.\d+\.\d+)(?P<suffix>[^+\s]*)\+cuda(?P<cuda>[\w.]+)")
 INIT = re.compile(
-    r"(?:\[Rank (?P<jobrank>\d+)\] )?(?:(?P<fn>nccl\w+) )?"
+    r"(?:\[Rank (?P<jobrank>\d+)\] )?(?:(?P<fn>nccl\w{0,64}) )?"
     r"comm (?P<comm>0x[0-9a-f]+) rank (?P<rank>\d+) nranks (?P<nranks>\d+) cudaDev (?P<cudaDev>-?\d+)"
     r"(?: nvmlDev (?P<nvmlDev>-?\d+))?(?: busId (?P<busId>[0-9a-f]+))?"
     r"(?: parent (?P<parent>0x[0-9a-f]+|\(nil\)))?(?: (?:splitCount|childCount) (?P<splitCount>\d+))?"
@@ -26,7 +26,7 @@ COMM_SHAPE = re.compile(
 )
 CONN = re.compile(
     r"^(?P<kind>Channel|Ring|CollNet|Coll) (?P<ch>\d+)(?:/(?P<conn>\d+))? : (?P<src>\d+)(?:\[(?P<srcdev>[0-9a-f]+)\])?"
-    r"(?: -> (?P<dst>\d+)(?:\[(?P<dstdev>[0-9a-f]+)\])?)?(?: \[(?P<dir>send|receive)\])? via (?P<via>.+?)\s*$"
+    r"(?: -> (?P<dst>\d+)(?:\[(?P<dstdev>[0-9a-f]+)\])?)?(?: \[(?P<dir>send|receive)\])? via (?P<via>.*\S)\s*$"
 )
 RING_LIST = re.compile(
     r"^(?:Channel (?P<ch>\d+)/(?P<nch>\d+)|Channel (?P<ch_old>\d+)|Ring (?P<ring_old>\d+)) :(?P<ranks>(?: +\d+)*)(?: *\.\.\.)? *$"
@@ -35,16 +35,19 @@ GRAPH_RING = re.compile(r"^(?:Ring|Tree) \d+ : -?\d+ -> -?\d+ -> [-\d/]+\s*$")
 TREES = re.compile(r"^(?:NVLS )?Trees ?:?(?P<trees>(?: \[\d+\] [-\d/|>]+)*)\s*$")
 BOOTSTRAP = re.compile(r"^Bootstrap ?: Using (?P<ifs>.+)$")
 NET_SOCKET = re.compile(r"^NET/Socket ?: Using (?P<ifs>\[.+)$")
+# Each device is `[n]` then a run without `[`, so the repetition is unambiguous (linear, not exponential).
 NET_IB = re.compile(
-    r"^NET/(?P<net>IB|IBext\w*|\w+) ?: Using (?P<devs>(?:\[\d+\][^ ;]+ ?)+)(?P<ro>\[RO\])?\s*; OOB (?P<oob>.+)$"
+    r"^NET/(?P<net>IB|IBext\w*|\w+) ?: Using (?P<devs>(?:\[\d+\][^ ;\[]+ ?)+)(?P<ro>\[RO\])?\s*; OOB (?P<oob>.+)$"
 )
-IB_DEV = re.compile(r"\[(?P<idx>\d+)\](?P<dev>[^:\s]+):(?P<port>\d+)/(?P<link>[A-Za-z]+)(?:/(?P<extra>\w+))?")
-IFACE = re.compile(r"(?:\[(?P<idx>\d+)\])?(?P<if>[^\s:\[]+):(?P<addr>\S+?)(?:<(?P<port>\d+)>)?(?=\s|$)")
+IB_DEV = re.compile(r"\[(?P<idx>\d+)\](?P<dev>[^:\s\[]+):(?P<port>\d+)/(?P<link>[A-Za-z]+)(?:/(?P<extra>\w+))?")
+# One interface per whitespace-separated token (`iface_matches`): a search over the whole text is quadratic.
+IFACE = re.compile(r"(?:\[(?P<idx>\d+)\])?(?P<if>[^\s:\[]+):(?P<addr>\S+?)(?:<(?P<port>\d+)>)?")
+_MAX_IFACE_TOKEN = 1024
 USING_NET = re.compile(r"^Using network (?P<net>\S+(?: \S+)*?)(?:\s{2,}.*)?\s*$")  # k9s pads with spaces
 ENV = re.compile(r"^(?P<var>[A-Z][A-Z0-9_]*) set by environment to (?P<val>.*)$")
 ENV_SET = re.compile(r"^(?P<var>NCCL_[A-Z0-9_]+) set to (?P<val>.*)$")
 COLL = re.compile(
-    r"(?P<op>[A-Za-z]+): opCount (?P<opcount>[0-9a-f]+) sendbuff (?P<sendbuff>0x[0-9a-f]+|\(nil\))"
+    r"(?<![A-Za-z])(?P<op>[A-Za-z]+): opCount (?P<opcount>[0-9a-f]+) sendbuff (?P<sendbuff>0x[0-9a-f]+|\(nil\))"
     r" recvbuff (?P<recvbuff>0x[0-9a-f]+|\(nil\)) count (?P<count>\d+) datatype (?P<datatype>\d+)"
     r" op (?P<redop>\d+) root (?P<root>-?\d+) comm (?P<comm>0x[0-9a-f]+|\(nil\))"
     r"(?: \[nranks=(?P<nranks>\d+)\])?(?: stream (?P<stream>0x[0-9a-f]+|\(nil\)))?"
@@ -71,7 +74,7 @@ _KNOWN_PREFIXES = (
     "ncclCommInitRank", "ncclCommSplit", "ncclCommInitAll", "ncclCommDestroy", "ncclCommAbort", "comm 0x", "Rank ",
     "Loaded ", "Symmetric", "Enabled NCCL Func", "Unable to", "Ignoring", "Skipping", "Memory", "Device ", "Topology",
 )
-_TUNING = re.compile(r"\d+ Bytes -> Algo ")
+_TUNING = re.compile(r"(?<!\d)\d+ Bytes -> Algo ")
 
 
 def classify_message(msg: str, level: str) -> tuple[str, re.Match | None]:
@@ -123,7 +126,7 @@ def classify_message(msg: str, level: str) -> tuple[str, re.Match | None]:
         m = NET_SOCKET.match(msg)
         if m:
             return "net_socket", m
-        m = NET_IB.match(msg)
+        m = NET_IB.match(msg) if "; OOB " in msg else None
         if m:
             return "net_ib", m
     if " -> " in msg:
@@ -144,6 +147,22 @@ def classify_message(msg: str, level: str) -> tuple[str, re.Match | None]:
     if msg.startswith(_KNOWN_PREFIXES) or " coll channels" in msg:
         return "known", None
     return "other", None
+
+
+def iface_matches(text: str):
+    """`IFACE` matches in `text`, one per whitespace-separated token (at its start or at a `[`), in order."""
+    for tok in text.split():
+        if len(tok) > _MAX_IFACE_TOKEN:
+            continue
+        m = IFACE.fullmatch(tok)
+        pos = 0
+        while m is None:
+            pos = tok.find("[", pos + 1)
+            if pos < 0:
+                break
+            m = IFACE.fullmatch(tok, pos)
+        if m is not None:
+            yield m
 
 
 def normalise_transport(via: str) -> tuple[str, str]:

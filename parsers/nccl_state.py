@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from parsers.nccl_envelope import NO_TAG, LauncherTag, int64, parse_launcher
-from parsers.nccl_messages import IB_DEV, IFACE, normalise_transport
+from parsers.nccl_envelope import MAX_LINE_BYTES, NO_TAG, LauncherTag, int64, parse_launcher
+from parsers.nccl_messages import IB_DEV, iface_matches, normalise_transport
 from parsers.watchdog_log import COLUMNS as WATCHDOG_COLUMNS
 
 PROCESS_COLUMNS = ("host", "pid", "cuda_dev", "nccl_version", "launcher_rank", "rank", "rank_source",
@@ -34,6 +34,9 @@ _INT_COLS = {"pid", "cuda_dev", "launcher_rank", "rank", "nranks", "nnodes", "lo
              "op_count", "count", "datatype", "red_op", "root", "src_line", "result_code", "first_line", "seq",
              "failed_seq", "pg_id", "numel_in", "numel_out", "timeout_ms", "ran_for_ms"}
 _MAX_CHAIN = 64
+#: Distinct (host, pid) processes one log may introduce: a node's log holds a few, a merged log of a large job
+#: thousands. Lines of further processes are skipped and counted (each process costs a few KB of state).
+MAX_PROCESSES = 1 << 16
 _MAX_SAMPLES = 5
 
 # Minimum NCCL version implied by a line shape (reference §0).
@@ -42,10 +45,10 @@ _V_START, _V_FN, _V_JOBRANK, _V_COMMID, _V_SHAPE = "2.18.3", "2.21", "2.29", "2.
 
 def _ver_key(v: str) -> tuple[int, ...]:
     """Sortable tuple of a dotted version string."""
-    return tuple(int(x) for x in re.findall(r"\d+", v)[:3])
+    return tuple(int(x) for x in re.findall(r"\d{1,9}", v)[:3])  # bounded: no 5000-digit int()
 
 
-@dataclass
+@dataclass(slots=True)
 class _Proc:
     """What one (host, pid) has told us so far."""
 
@@ -57,7 +60,7 @@ class _Proc:
     version: str = ""
     min_version: str = ""
     has_start: bool = False
-    open_comms: list = field(default_factory=list)
+    open_comms: dict = field(default_factory=dict)  # insertion-ordered set: O(1) add/remove
     pending_conn: list = field(default_factory=list)
     last_coll_comm: str = ""
     warn_group: list = field(default_factory=list)
@@ -93,6 +96,10 @@ class LogState:
         self.out_of_range_line = 0  # first line holding one
         self.line_errors = 0  # lines whose handling failed unexpectedly (counted as unrecognised)
         self.first_line_error: tuple[int, str, str] | None = None  # (line, exception, text)
+        self.long_lines = 0  # physical lines cut to MAX_LINE_BYTES
+        self.over_procs = 0  # lines of processes beyond MAX_PROCESSES, skipped
+        self.first_over_procs = 0
+        self.first_long_line = 0
 
     # ---------------------------------------------------------------- helpers
     def count(self, family: str) -> None:
@@ -113,6 +120,12 @@ class LogState:
         if self.first_line_error is None:
             self.first_line_error = (lineno, f"{exc.__class__.__name__}: {str(exc)[:80]}", text[:120])
 
+    def note_long_line(self, lineno: int) -> None:
+        """Count one line that was cut to the line-length limit."""
+        if not self.long_lines:
+            self.first_long_line = lineno
+        self.long_lines += 1
+
     def note_unrecognised(self, lineno: int, text: str) -> None:
         """Keep a few unrecognised lines for the message."""
         if len(self.unrec_samples) < _MAX_SAMPLES:
@@ -125,15 +138,20 @@ class LogState:
         tag = self._tag_cache.get(prefix)
         if tag is None:
             tag = parse_launcher(prefix)
-            if len(self._tag_cache) < 4096 and not _lost_number(tag):
+            if len(self._tag_cache) < 4096 and len(prefix) <= 256 and not _lost_number(tag):
                 self._tag_cache[prefix] = tag
         return tag
 
-    def _proc(self, host: str, pid: int, lineno: int) -> _Proc:
-        """The state of one process, created on first sight."""
+    def _proc(self, host: str, pid: int, lineno: int) -> _Proc | None:
+        """The state of one process, created on first sight; None past MAX_PROCESSES (the line is counted)."""
         key = (host, pid)
         p = self.procs.get(key)
         if p is None:
+            if len(self.procs) >= MAX_PROCESSES:
+                if not self.over_procs:
+                    self.first_over_procs = lineno
+                self.over_procs += 1
+                return None
             p = self.procs[key] = _Proc(first_line=lineno)
         return p
 
@@ -150,6 +168,8 @@ class LogState:
         launcher, _ts, host, pid_s, tid_s, dev = env.groups()[:6]
         pid, tid = int64(pid_s), int64(tid_s)
         p = self._proc(host, pid, lineno)
+        if p is None:
+            return
         if dev is not None:
             (p.devs_main if tid == pid else p.devs_any)[int64(dev)] += 1
         tag = self._tag(launcher) if launcher else NO_TAG
@@ -251,8 +271,7 @@ class LogState:
             row["job_rank"] = int64(gd["jobrank"])
         if complete:
             row["complete"] = True
-            if comm in p.open_comms:
-                p.open_comms.remove(comm)
+            p.open_comms.pop(comm, None)
             if not p.has_start and p.pending_conn:
                 for ci in p.pending_conn:
                     c = self.conns[ci]
@@ -260,7 +279,7 @@ class LogState:
                         c[2] = comm
                 p.pending_conn = []
         elif comm not in p.open_comms:
-            p.open_comms.append(comm)
+            p.open_comms[comm] = None
 
     def _shape(self, lineno, host, pid, p, m) -> None:
         """2.20+ `nRanks nNodes localRanks` line: fill the communicator's shape."""
@@ -290,7 +309,7 @@ class LogState:
         comm = ""
         if p.has_start:
             if len(p.open_comms) == 1:
-                comm = p.open_comms[0]
+                comm = next(iter(p.open_comms))
             elif not p.open_comms and p.last_coll_comm:
                 comm = p.last_coll_comm  # lazy (runtime) connection during the first collective
         row = [host, pid, comm, int64(m.group("ch")), src, dst, transport, detail, lineno,
@@ -318,7 +337,7 @@ class LogState:
             self.nets.append((host, pid, m.group("net"), "", "", lineno, "selected", ""))
         elif family in ("bootstrap", "net_socket"):
             net = "Bootstrap" if family == "bootstrap" else "Socket"
-            for im in IFACE.finditer(m.group("ifs")):
+            for im in iface_matches(m.group("ifs")):
                 self.nets.append((host, pid, net, im.group("if"), im.group("addr"), lineno,
                                   "bootstrap" if family == "bootstrap" else "net_device", ""))
         else:
@@ -327,7 +346,7 @@ class LogState:
                 extra = "/".join(x for x in (dm.group("link"), dm.group("extra")) if x)
                 self.nets.append((host, pid, net, f"{dm.group('dev')}:{dm.group('port')}", "", lineno, "net_device",
                                   extra + ("/RO" if m.group("ro") else "")))
-            for im in IFACE.finditer(m.group("oob")):
+            for im in iface_matches(m.group("oob")):
                 self.nets.append((host, pid, net, im.group("if"), im.group("addr"), lineno, "oob", ""))
 
     # ---------------------------------------------------------------- other lines
@@ -360,6 +379,8 @@ class LogState:
         self.families["nccl_tests"] += 1
         host, pid = m.group("host"), int64(m.group("pid"))
         p = self._proc(host, pid, lineno)
+        if p is None:
+            return
         p.tests_rank = int64(m.group("rank"))
         p.init_devs[int64(m.group("dev"))] += 1
 
@@ -376,11 +397,14 @@ class LogState:
     def _unglue_hosts(self) -> dict[tuple[str, int], str]:
         """Hosts like `12nodeB` come from a glued `…:11:12nodeB:21:22` fragment: map them to the real `nodeB`."""
         fix = {}
+        by_pid: dict[int, list[str]] = {}
+        for host, pid in self.procs:
+            by_pid.setdefault(pid, []).append(host)
         for host, pid in list(self.procs):
             if not host[:1].isdigit():
                 continue
-            for h2, p2 in self.procs:
-                if p2 == pid and h2 != host and host.endswith(h2) and host[: len(host) - len(h2)].isdigit():
+            for h2 in by_pid[pid]:
+                if (h2, pid) in self.procs and h2 != host and host.endswith(h2) and host[: len(host) - len(h2)].isdigit():
                     fix[(host, pid)] = h2
                     src, dst = self.procs.pop((host, pid)), self.procs[(h2, pid)]
                     for name in ("devs_main", "devs_any", "init_devs", "tags"):
@@ -402,7 +426,7 @@ class LogState:
         comms = _frame(self.comms, COMM_COLUMNS)
         procs = self._processes(comms)
         if len(comms):
-            g = procs.set_index(["host", "pid"])["rank"]
+            g = dict(zip(zip(procs["host"], procs["pid"]), procs["rank"]))
             comms["global_rank"] = [int(g.get((h, p), -1)) for h, p in zip(comms["host"], comms["pid"])]
         conns = _frame(self.conns, CONN_COLUMNS)
         colls = _frame([r + ("", -1) for r in self.colls], COLL_COLUMNS)
@@ -424,6 +448,9 @@ class LogState:
         hosts = {h for h, _ in self.procs}
         single_file_ver = next(iter(self.file_versions)) if len(self.file_versions) == 1 else ""
         rows = []
+        by_proc: dict[tuple[str, int], list[tuple[int, int, int]]] = {}  # (line, rank, nranks) per process
+        for h, pd_, ln, rk, nr in zip(comms["host"], comms["pid"], comms["line"], comms["rank"], comms["nranks"]):
+            by_proc.setdefault((h, int(pd_)), []).append((int(ln), int(rk), int(nr)))
         for (host, pid), p in self.procs.items():
             dev = _mode(p.init_devs) if p.init_devs else _mode(p.devs_main) if p.devs_main else _mode(p.devs_any)
             ranked = Counter({k: v for k, v in p.tags.items() if k[1] >= 0})
@@ -436,16 +463,16 @@ class LogState:
                 ver, vsrc = self.rank_versions[lrank], "launcher_rank"
             if not ver and single_file_ver:
                 ver, vsrc = single_file_ver, "file"
-            mine = comms[(comms["host"] == host) & (comms["pid"] == pid)] if len(comms) else comms
-            world = mine[mine["nranks"] == maxn]["rank"].unique() if len(mine) else []
+            mine = by_proc.get((host, pid), [])
+            world = list(dict.fromkeys(rk for _, rk, nr in mine if nr == maxn))
             if len(world) == 1:
                 rank, src = int(world[0]), "world_comm"
             elif lrank >= 0 and lkind in ("pytorch", "mpi", "srun", "rank_tag"):
                 rank, src = lrank, f"launcher:{lkind}"
             elif p.tests_rank >= 0:
                 rank, src = p.tests_rank, "nccl_tests"
-            elif len(mine):
-                rank, src = int(mine.sort_values("line")["rank"].iloc[0]), "first_comm"
+            elif mine:
+                rank, src = min(mine, key=lambda x: x[0])[1], "first_comm"
             elif lrank >= 0 and lkind == "torchrun" and len(hosts) == 1:
                 rank, src = lrank, "launcher:torchrun"
             else:
@@ -477,6 +504,12 @@ class LogState:
             n, why, t = self.first_line_error
             out.append(f"{self.path}: {self.line_errors} lines could not be handled and were skipped "
                        f"(first at line {n}: {why}; {t!r})")
+        if self.over_procs:
+            out.append(f"{self.path}: more than {MAX_PROCESSES} processes (host:pid) in one log; {self.over_procs} "
+                       f"lines of further processes skipped (first at line {self.first_over_procs})")
+        if self.long_lines:
+            out.append(f"{self.path}: {self.long_lines} lines longer than {MAX_LINE_BYTES} bytes were cut to their "
+                       f"first {MAX_LINE_BYTES} bytes (first at line {self.first_long_line})")
         if self.joined:
             out.append(f"{self.path}: {len(self.joined)} wrapped lines were joined with their continuation "
                        f"(first at line {self.joined[0]})")

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from parsers.errors import InputError
+from parsers.safe_open import open_input
 from parsers.kineto import rank_from_file_name
 from parsers.stderr_events import GUARD, candidate_mask, classify, exc_head
 from parsers.stderr_prefix import peel
@@ -99,13 +100,13 @@ def looks_like_stderr(head: bytes, path: str | Path | None = None) -> bool:
     if path is None or Path(path).suffix.lower() in (".gz", ".gzip", ".zst", ".xz", ".bz2"):
         return False
     try:
-        with open(path, "rb") as fh:
+        with open_input(path) as fh:
             size = fh.seek(0, 2)
             if size <= len(head):
                 return False
             fh.seek(max(0, size - SNIFF_TAIL))
             tail = fh.read(SNIFF_TAIL)
-    except OSError:
+    except (OSError, InputError):
         return False
     return tail[:4096].count(b"\x00") <= 16 and bool(_SNIFF.search(tail))
 
@@ -118,7 +119,7 @@ def parse_stderr(path: str | Path, all_lines: bool = False) -> StderrLog:
     """
     p = Path(path)
     try:
-        with open(p, "rb") as raw:
+        with open_input(p) as raw:  # a FIFO or device: InputError, never a blocking open
             magic = raw.read(2)
             raw.seek(0)
             fh = _GzipReader(raw) if magic == b"\x1f\x8b" else raw

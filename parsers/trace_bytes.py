@@ -14,6 +14,7 @@ from typing import Iterator, Optional
 import numpy as np
 
 from parsers.errors import InputError
+from parsers.safe_open import open_input
 
 #: Refuse to inflate a single file beyond this many bytes (a zip bomb or a mistake, not a trace).
 MAX_INFLATED_BYTES = 16 * 1024**3
@@ -38,57 +39,19 @@ class RawTrace:
     compressed_bytes: int
     gzip_truncated: bool = False
     gzip_error: str = ""
+    gzip_note: str = ""  # damage that lost no data before it (e.g. non-gzip bytes after the last member)
 
 
 def read_trace_bytes(path: str | Path, max_bytes: int = MAX_INFLATED_BYTES) -> RawTrace:
-    """Return the (inflated) bytes of a file; a truncated gzip yields what inflated before the cut."""
-    path = Path(path)
-    try:
-        blob = path.read_bytes()
-    except OSError as exc:
-        raise InputError(path, f"cannot read file ({exc.strerror or exc})") from exc
-    if not blob:
-        raise InputError(path, "empty file")
-    if not blob.startswith(GZIP_MAGIC):
-        return RawTrace(blob, len(blob))
-    return _gunzip(path, blob, inflate_bound(len(blob), max_bytes))
+    """Return the (inflated) bytes of a file; damaged gzip yields what inflated before the damage.
 
-
-def _gunzip(path: Path, blob: bytes, max_bytes: int) -> RawTrace:
-    """Inflate gzip members one by one, stopping at the first damage instead of failing."""
-    out: list[bytes] = []
-    size = 0
-    pos = 0
-    truncated = False
-    error = ""
-    while pos < len(blob):
-        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        try:
-            chunk = d.decompress(blob[pos:], max_bytes - size + 1)
-        except zlib.error as exc:
-            truncated, error = True, f"gzip data corrupt ({exc})"
-            chunk = b""
-        size += len(chunk)
-        out.append(chunk)
-        if size > max_bytes:
-            raise InputError(path, f"inflates to more than {max_bytes} bytes; refusing")
-        if truncated:
-            break
-        if not d.eof:
-            truncated, error = True, "gzip stream ends before its end marker (file truncated)"
-            try:
-                out.append(d.flush())
-            except zlib.error:
-                pass
-            break
-        consumed = len(blob) - pos - len(d.unused_data)
-        pos += consumed
-        if not d.unused_data.startswith(GZIP_MAGIC):
-            break
-    data = b"".join(out)
-    if not data:
-        raise InputError(path, error or "gzip file holds no data")
-    return RawTrace(data, len(blob), truncated, error)
+    The same bytes, in one piece, as :class:`BlockReader` yields in blocks (it is built on it).
+    """
+    reader = BlockReader(path, max_bytes=max_bytes)
+    data = b"".join(reader.blocks())
+    if not data and reader.is_gzip:
+        raise InputError(path, reader.gzip_error or "gzip file holds no data")
+    return RawTrace(data, reader.compressed_bytes, reader.gzip_truncated, reader.gzip_error, reader.gzip_note)
 
 
 def last_complete_event_end(data: bytes, array_key: bytes = b'"traceEvents"') -> tuple[int, int]:
@@ -115,27 +78,35 @@ def salvage_json_prefix(data: bytes) -> tuple[bytes, int]:
 
 
 class StreamUnsupported(Exception):
-    """The streaming reader met something only the whole-file path reproduces exactly (e.g. corrupt gzip)."""
+    """Kept for compatibility: the block reader no longer raises it (damaged gzip is truncation, see BlockReader)."""
+
+
+#: Compressed bytes fed to zlib per call: corrupt deflate data loses at most this much input's output.
+GZIP_INPUT_STEP = 64 * 1024
+#: How far past a gzip member's end non-gzip bytes are searched for the next member's header.
+GZIP_RESYNC_WINDOW = 1 << 20
 
 
 class BlockReader:
     """Inflated bytes of a trace as a series of blocks, so a parser never holds the whole file.
 
-    Mirrors :func:`read_trace_bytes`: multi-member gzip, a size bound, and a missing gzip end marker recorded
-    in ``gzip_truncated`` / ``gzip_error`` (known once the blocks are exhausted). Corrupt deflate data raises
-    :class:`StreamUnsupported`, because the whole-file reader discards that member's output and a stream
-    cannot take back what it already handed out.
+    gzip is inflated as a stream, multi-member files included, under a size bound (a bomb is refused). Damage
+    never discards what inflated before it: corrupt deflate data or a file cut short ends the stream there with
+    ``gzip_truncated`` and a ``gzip_error`` saying where; non-gzip bytes between members are skipped up to the
+    next member header (``gzip_note`` says how many and where), or end the stream when none follows. Both are
+    known once the blocks are exhausted. Only regular files are opened (a FIFO would block forever).
     """
 
     def __init__(self, path: str | Path, block_bytes: int = 8 << 20, max_bytes: int = MAX_INFLATED_BYTES):
         self.path = Path(path)
         self.block_bytes = max(1, int(block_bytes))
         self.max_bytes = max_bytes
+        self._fh = open_input(self.path)
         try:
-            self._fh = open(self.path, "rb")
             self.compressed_bytes = os.fstat(self._fh.fileno()).st_size
             head = self._fh.read(2)
         except OSError as exc:
+            self._fh.close()
             raise InputError(self.path, f"cannot read file ({exc.strerror or exc})") from exc
         if not head:
             self._fh.close()
@@ -147,6 +118,7 @@ class BlockReader:
         self.total = 0
         self.gzip_truncated = False
         self.gzip_error = ""
+        self.gzip_note = ""
 
     def close(self) -> None:
         self._fh.close()
@@ -163,25 +135,33 @@ class BlockReader:
         if self.total > self.max_bytes:
             raise InputError(self.path, f"inflates to more than {self.max_bytes} bytes; refusing")
 
+    def _read(self, n: int) -> bytes:
+        try:
+            return self._fh.read(n)
+        except OSError as exc:
+            raise InputError(self.path, f"cannot read file ({exc.strerror or exc})") from exc
+
     def _plain_blocks(self) -> Iterator[bytes]:
         while True:
-            try:
-                b = self._fh.read(self.block_bytes)
-            except OSError as exc:
-                raise InputError(self.path, f"cannot read file ({exc.strerror or exc})") from exc
+            b = self._read(self.block_bytes)
             if not b:
                 return
             self._count(len(b))
             yield b
 
+    def _damage(self, why: str, at: int) -> None:
+        self.gzip_truncated = True
+        self.gzip_error = (f"{why} at compressed byte {at}; the {self.total} bytes inflated before it are kept")
+
     def _gzip_blocks(self) -> Iterator[bytes]:
-        fh, step = self._fh, 1 << 20
         d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        data = b""
+        pending = b""      # compressed bytes not yet given to zlib
+        consumed = 0       # compressed offset of pending[0]
+        member_start = 0
         while True:
-            if not data:
-                data = fh.read(step)
-                if not data:  # end of file
+            if not pending:
+                pending = self._read(GZIP_INPUT_STEP)
+                if not pending:  # end of file
                     if not d.eof:
                         self.gzip_truncated = True
                         self.gzip_error = "gzip stream ends before its end marker (file truncated)"
@@ -193,53 +173,134 @@ class BlockReader:
                             self._count(len(tail))
                             yield tail
                     return
+            saved = d.copy()
             try:
-                out = d.decompress(data, self.block_bytes)
+                out = d.decompress(pending, self.block_bytes)
             except zlib.error as exc:
-                raise StreamUnsupported(f"gzip data corrupt ({exc})") from None
-            data = d.unconsumed_tail
+                # keep what this call would have given before the damage: replay it from the saved state in
+                # small steps, yielding each step's output until the error comes back
+                at = yield from self._replay(saved, pending)
+                self._damage(f"gzip data corrupt ({exc})", consumed + at)
+                return
+            rest = d.unused_data if d.eof else d.unconsumed_tail
+            consumed += len(pending) - len(rest)
+            pending = rest
             if out:
                 self._count(len(out))
                 yield out
             if d.eof:
-                rest = d.unused_data + data
-                while len(rest) < 2:
-                    more = fh.read(step)
+                while len(pending) < 2:
+                    more = self._read(GZIP_INPUT_STEP)
                     if not more:
                         break
-                    rest += more
-                if not rest.startswith(GZIP_MAGIC):
-                    return  # trailing bytes that are not another member are ignored, as read_trace_bytes does
+                    pending += more
+                if not pending:
+                    return
+                if not pending.startswith(GZIP_MAGIC):
+                    skipped = self._resync(pending)
+                    if skipped is None:
+                        self.gzip_note = (f"bytes from compressed byte {consumed} on are not gzip data (after the "
+                                          f"member that starts at byte {member_start}); ignored")
+                        return
+                    n, pending = skipped
+                    self.gzip_note = (f"{n} bytes that are not gzip data at compressed byte {consumed} skipped; "
+                                      "reading went on at the next gzip member")
+                    consumed += n
+                member_start = consumed
                 d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-                data = rest
+
+    def _replay(self, d, pending: bytes):
+        """Inflate ``pending`` from decompressor state ``d`` in 256-byte steps up to the one that fails (its
+        offset in ``pending`` is the generator's return value)."""
+        for i in range(0, len(pending), 256):
+            try:
+                out = d.decompress(pending[i:i + 256])
+            except zlib.error:
+                return i
+            if out:
+                self._count(len(out))
+                yield out
+        return len(pending)
+
+    def _resync(self, pending: bytes) -> Optional[tuple[int, bytes]]:
+        """(bytes skipped, data from the next gzip member header) within GZIP_RESYNC_WINDOW, or None."""
+        buf = pending
+        while True:
+            k = buf.find(GZIP_MAGIC + b"\x08")
+            if k >= 0:
+                return k, buf[k:]
+            if len(buf) >= GZIP_RESYNC_WINDOW:
+                return None
+            more = self._read(GZIP_INPUT_STEP)
+            if not more:
+                return None
+            buf += more
 
 
-def scan_array(data, open_at: int, stop: Optional[int] = None) -> tuple[int, int]:
+#: Bytes the exact scanner looks at per vectorised step (its memory is about 30 bytes per byte of a piece).
+SCAN_PIECE_BYTES = 1 << 20
+
+
+def _scan_piece(buf: np.ndarray, in_string: bool, backslashes: int, depth: int):
+    """One piece of the array scan, vectorised.
+
+    ``in_string``, ``backslashes`` (the backslash run ending just before the piece) and ``depth`` are the state
+    carried from the previous piece. Returns (close-bracket mask, depth after each byte, and the state at the
+    piece's end).
+    """
+    bs = buf == ord("\\")
+    quote = buf == ord('"')
+    q = np.flatnonzero(quote)
+    if q.size and (backslashes or bs.any()):
+        # a quote is escaped when an odd number of backslashes precede it (the run may reach into earlier pieces)
+        idx = np.arange(buf.size, dtype=np.int64)
+        last_plain = np.maximum.accumulate(np.where(bs, -1, idx))
+        prev = np.maximum(q - 1, 0)
+        lp = last_plain[prev]
+        run = np.where(q == 0, backslashes, (q - 1) - lp + np.where(lp < 0, backslashes, 0))
+        quote[q[(run & 1) == 1]] = False
+    parity = np.cumsum(quote, dtype=np.uint8)  # parity survives uint8 wrap-around
+    in_str = ((parity + np.uint8(in_string)) & 1) == 1  # inside a string after each byte
+    opens = ((buf == ord("{")) | (buf == ord("["))) & ~in_str
+    closes = ((buf == ord("}")) | (buf == ord("]"))) & ~in_str
+    d = depth + np.cumsum(opens.astype(np.int32) - closes.astype(np.int32), dtype=np.int64)
+    plain = np.flatnonzero(~bs)
+    tail_bs = buf.size - 1 - int(plain[-1]) if plain.size else buf.size + backslashes
+    return closes, d, bool(in_str[-1]), tail_bs, int(d[-1])
+
+
+def scan_array(data, open_at: int, stop: Optional[int] = None, all_ends: bool = False):
     """Exact layout of a JSON array that opens at ``data[open_at] == '['`` (strings and nesting respected).
 
-    Looks at ``data[open_at:stop]``. Returns ``(cut, close)``: the offset just past the last complete
-    element that is an object (``open_at + 1`` when none), and the offset of the ``]`` closing the array
-    (-1 when it is not in the region). Vectorised: string state and nesting depth come from cumulative sums.
+    Looks at ``data[open_at:stop]`` in pieces of SCAN_PIECE_BYTES, carrying the string, escape and depth state
+    from piece to piece, so its memory is bounded whatever the region. Returns ``(cut, close)``: the offset just
+    past the last complete element that is an object (``open_at + 1`` when none), and the offset of the ``]``
+    closing the array (-1 when it is not in the region). With ``all_ends`` it returns ``(ends, close)``, the
+    offsets just past every complete object element, in order.
     """
-    buf = np.frombuffer(data, dtype=np.uint8)[open_at:stop]
-    quote = buf == ord('"')
-    if quote.any():
-        q_idx = np.flatnonzero(quote)
-        maybe = q_idx[(q_idx > 0) & (buf[np.maximum(q_idx - 1, 0)] == ord("\\"))]
-        for i in maybe:
-            j = i - 1
-            while j >= 0 and buf[j] == ord("\\"):
-                j -= 1
-            if (i - 1 - j) % 2 == 1:
-                quote[i] = False
-    in_string = (np.cumsum(quote, dtype=np.uint8) & 1) == 1  # parity survives uint8 wrap-around
-    opens = ((buf == ord("{")) | (buf == ord("["))) & ~in_string
-    closes = ((buf == ord("}")) | (buf == ord("]"))) & ~in_string
-    depth = np.cumsum(opens.astype(np.int32) - closes.astype(np.int32))
-    closed = np.flatnonzero(closes & (depth == 0))
-    close = int(closed[0]) if closed.size else -1
-    ends = np.flatnonzero(closes & (depth == 1) & (buf == ord("}")))
-    if close >= 0:
-        ends = ends[ends < close]
-    cut = open_at + int(ends[-1]) + 1 if ends.size else open_at + 1
-    return cut, (open_at + close if close >= 0 else -1)
+    view = np.frombuffer(data, dtype=np.uint8)
+    stop = len(view) if stop is None else min(stop, len(view))
+    in_string, backslashes, depth = False, 0, 0
+    ends: list[np.ndarray] = []
+    last_end = -1
+    close = -1
+    pos = open_at
+    while pos < stop:
+        hi = min(stop, pos + SCAN_PIECE_BYTES)
+        buf = view[pos:hi]
+        closes, d, in_string, backslashes, depth_next = _scan_piece(buf, in_string, backslashes, depth)
+        closed = np.flatnonzero(closes & (d == 0))
+        lim = int(closed[0]) if closed.size else buf.size
+        e = np.flatnonzero(closes[:lim] & (d[:lim] == 1) & (buf[:lim] == ord("}")))
+        if e.size:
+            last_end = pos + int(e[-1]) + 1
+            if all_ends:
+                ends.append(e + pos + 1)
+        if closed.size:
+            close = pos + int(closed[0])
+            break
+        depth = depth_next
+        pos = hi
+    if all_ends:
+        return (np.concatenate(ends) if ends else np.empty(0, np.int64)), close
+    return (last_end if last_end >= 0 else open_at + 1), close

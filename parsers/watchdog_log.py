@@ -19,7 +19,7 @@ PT_PREFIX = re.compile(
 )
 GRANK_ONLY = re.compile(r"\[rank(?P<grank>\d+)\]: ?")
 PG_PREFIX = re.compile(
-    r"\[PG (?:ID )?(?P<pgid>\d+)(?: PG GUID (?P<guid>[^ \]()]+))?(?: ?\((?P<desc>[^)]*)\))? Rank (?P<rank>-?\d+)\]"
+    r"\[PG (?:ID )?(?P<pgid>\d+)(?: PG GUID (?P<guid>[^ \]()]+))?(?: ?\((?P<desc>[^)]{0,1024})\))? Rank (?P<rank>-?\d+)\]"
 )
 RANK_TAG = re.compile(r"\[Rank (?P<rank>-?\d+)\]")
 WORK = re.compile(
@@ -30,7 +30,7 @@ RAN_FOR = re.compile(r"ran for (?P<ran_ms>\d+) milliseconds before timing out")
 LAST_WORK = re.compile(r"last (?P<what>enqueued|completed|started)(?: NCCL)? work: (?P<seq>-?\d+)")
 FAILED_AT = re.compile(r"(?:detected by watchdog at work(?: sequence id)?|Timeout at NCCL work): (?P<seq>-?\d+)")
 NCCL_ERR = re.compile(
-    r"NCCL error(?: in: (?P<where>\S+?):(?P<line>\d+),|:) (?P<reason>[^,]+?)"
+    r"NCCL error(?: in: (?P<where>\S+?):(?P<line>\d+),|:) (?P<reason>(?:(?!NCCL error)[^,]){1,512}?)"
     r"(?: \(run with NCCL_DEBUG=\w+ for details\))?, NCCL version (?P<ver>[\d.]+)"
 )
 NCCL_ERR_OLD = re.compile(r"NCCL Error (?P<code>\d+): (?P<reason>.+)$")

@@ -13,3 +13,9 @@ CORPUS = FIXTURES / "corpus"
 @pytest.fixture
 def corpus() -> Path:
     return CORPUS
+
+
+def pytest_addoption(parser):
+    parser.addoption("--fuzz-examples", type=int, default=None,
+                     help="examples per input kind for tests/fuzz (default: $FUZZ_EXAMPLES or the CI size)")
+    parser.addoption("--fuzz-seed", type=int, default=None, help="seed of tests/fuzz (default: $FUZZ_SEED or 0)")

@@ -1,26 +1,18 @@
 """Helpers every renderer shares: severity order and --fail-on, finding locations, number formatting."""
 from __future__ import annotations
 
-import re
-
 from typing import Any, Iterable, Optional
+
+from analyzer.render import sanitize
 
 SEVERITIES = ("error", "warning", "info")
 FAIL_ON = ("error", "warning", "never")
 _RANK = {"error": 0, "warning": 1, "info": 2}
 
 
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
-
-
 def printable(text: Any) -> str:
-    """Input-derived text without terminal colour codes and the control characters XML 1.0 forbids.
-
-    Log lines carry ANSI colours and stray control bytes; left in, they corrupt a terminal, break JUnit/SARIF
-    XML parsers and show as garbage in Markdown and HTML. Newlines and tabs are kept (renderers decide).
-    """
-    return _CONTROL.sub(" ", _ANSI.sub("", str(text)))
+    """Input-derived text made safe for any output (`sanitize.clean`); newlines and tabs are kept."""
+    return sanitize.clean(text)
 
 
 def severity_rank(sev: Optional[str]) -> int:

@@ -2,19 +2,20 @@
 from __future__ import annotations
 
 from analyzer.render.common import (consequence_lines, cost_text, evidence_texts, fallback_file, finding_location,
-                                    nothing_analysed, printable, subject_text)
+                                    nothing_analysed, subject_text)
+from analyzer.render import sanitize
 
 _LEVEL = {"error": "error", "warning": "warning", "info": "notice"}
 
 
 def escape_data(s: str) -> str:
     """Escape a message as GitHub requires: % → %25, CR → %0D, LF → %0A."""
-    return printable(s).replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    return sanitize.github_data(s)
 
 
 def escape_property(s: str) -> str:
     """Escape a property value (file, title): as data, plus ':' → %3A and ',' → %2C."""
-    return escape_data(s).replace(":", "%3A").replace(",", "%2C")
+    return sanitize.github_property(s)
 
 
 def render_github(report: dict) -> str:

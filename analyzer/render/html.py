@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import base64
-from html import escape
 from typing import Any, Optional
+
+from analyzer.render import sanitize
 
 from analyzer.render.common import (consequence_lines, cost_text, evidence_texts, explained_by, mb, ms,
                                     nothing_analysed, num, pct, printable, ranges, skipped_summary, subject_text)
@@ -34,7 +35,8 @@ code{background:#f3f3f3;padding:0 3px}
 
 
 def _e(x: Any) -> str:
-    return escape(printable(x), quote=True)
+    """Every input-derived string enters the page through here (`sanitize.html`)."""
+    return sanitize.html(x)
 
 
 def _img(png: Optional[bytes], alt: str, caption: str) -> str:
@@ -306,7 +308,7 @@ def render_html(report: dict, job: Any = None) -> str:
     title = f"analyze: {report.get('verdict', '')}"
     body = (_header(report) + _findings(report) + _hang(report) + _baseline(report) + _figures(report, job)
             + _tables(report) + _problems(report))
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+    return sanitize.guard_ci_lines("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
             "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; img-src data:; "
             "style-src 'unsafe-inline'\">"

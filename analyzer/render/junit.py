@@ -5,24 +5,28 @@ import xml.etree.ElementTree as ET
 from typing import Optional
 
 from analyzer.render.common import (consequence_lines, evidence_texts, fails, finding_location, location_text,
-                                    nothing_analysed, printable, rule_catalog, subject_text)
+                                    nothing_analysed, rule_catalog, subject_text)
+from analyzer.render import sanitize
+
+_x = sanitize.xml  # every input-derived string enters the XML through here
+printable = _x
 
 
 def _finding_text(report: dict, f: dict) -> str:
-    lines = [f"[{f.get('severity')}] {f.get('id')}: {f.get('title', '')}"]
+    lines = [f"[{_x(f.get('severity'))}] {_x(f.get('id'))}: {_x(f.get('title', ''))}"]
     subj = subject_text(f)
     if subj:
-        lines.append(f"about: {subj}")
+        lines.append(f"about: {_x(subj)}")
     loc = location_text(*finding_location(report, f))
     if loc:
-        lines.append(f"at: {loc}")
-    lines += [f"evidence: {e}" for e in evidence_texts(f)]
+        lines.append(f"at: {_x(loc)}")
+    lines += [f"evidence: {_x(e)}" for e in evidence_texts(f)]
     if f.get("cost") is not None:
         lines.append(f"cost: {100 * f['cost']:.1f}% of step time")
     if f.get("fix"):
-        lines.append(f"fix: {f['fix']}")
-    lines += [f"explains: {c}" for c in consequence_lines(f)]
-    return printable("\n".join(lines))
+        lines.append(f"fix: {_x(f['fix'])}")
+    lines += [f"explains: {_x(c)}" for c in consequence_lines(f)]
+    return "\n".join(lines)
 
 
 def render_junit(report: dict, fail_on: str = "error", rules: Optional[list[dict]] = None) -> str:
@@ -42,7 +46,7 @@ def render_junit(report: dict, fail_on: str = "error", rules: Optional[list[dict
         if failing:
             n_fail += 1
             worst = failing[0]
-            fail = ET.SubElement(case, "failure", type=str(worst.get("severity")),
+            fail = ET.SubElement(case, "failure", type=_x(worst.get("severity")),
                                  message=printable(f"{len(failing)} finding(s): {worst.get('title', '')}"))
             fail.text = "\n\n".join(_finding_text(report, f) for f in failing)
         others = [f for f in found if not fails(f, fail_on)]
@@ -70,4 +74,5 @@ def render_junit(report: dict, fail_on: str = "error", rules: Optional[list[dict
     suite.insert(0, suite[-1])
     del suite[-1]
     ET.indent(suites)
-    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
+    return sanitize.guard_ci_lines('<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode")
+                                   + "\n")

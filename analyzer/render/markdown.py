@@ -1,7 +1,10 @@
 """GitHub-flavoured Markdown for tickets: verdict, ranked findings with evidence and fix, key tables."""
 from __future__ import annotations
 
+import re
 from typing import Any
+
+from analyzer.render import sanitize
 
 from analyzer.render.common import (consequence_lines, cost_text, evidence_texts, mb, ms, num, pct, printable,
                                     ranges, skipped_summary, subject_text)
@@ -11,24 +14,28 @@ _ICON = {"error": "🔴", "warning": "🟠", "info": "🔵"}
 
 
 def md_escape(text: Any) -> str:
-    """Make input-derived text inert in Markdown tables and inline text (pipes, HTML, emphasis, backticks)."""
-    s = printable(text)
-    for a, b in (("\\", "\\\\"), ("|", "\\|"), ("<", "&lt;"), (">", "&gt;"), ("*", "\\*"), ("_", "\\_"),
-                 ("`", "\\`"), ("[", "\\["), ("]", "\\]"), ("\r", " "), ("\n", " ")):
-        s = s.replace(a, b)
-    return s
+    """Make input-derived text inert in Markdown tables and inline text (`sanitize.markdown`)."""
+    return sanitize.markdown(text)
 
 
 def md_code(text: Any) -> str:
-    """Input-derived text as an inline code span (backticks and newlines removed)."""
-    return "`" + str(text).replace("`", "'").replace("\n", " ").replace("\r", " ") + "`"
+    """Input-derived text as an inline code span (`sanitize.md_code`)."""
+    return sanitize.md_code(text)
+
+
+_BARE_PIPE = re.compile(r"(?<!\\)\|")
+
+
+def _cell(c: Any) -> str:
+    """A table cell on one line that cannot open HTML or split the row (callers escape the rest)."""
+    return _BARE_PIPE.sub("\\|", sanitize.text(c).replace("<", "&lt;").replace(">", "&gt;"))
 
 
 def md_table(headers: list[str], rows: list[list[str]], summary: str = "") -> list[str]:
     """A GFM table; longer than DETAILS_OVER rows it folds into a collapsible <details> block."""
     align = ["---" if i == 0 else "---:" for i in range(len(headers))]
     lines = ["| " + " | ".join(headers) + " |", "| " + " | ".join(align) + " |"]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    lines += ["| " + " | ".join(_cell(c) for c in r) + " |" for r in rows]
     if len(rows) > DETAILS_OVER:
         return [f"<details><summary>{summary or 'table'} ({len(rows)} rows)</summary>", ""] + lines + ["", "</details>"]
     return lines
@@ -192,4 +199,4 @@ def render_markdown(report: dict) -> str:
     """The report as a Markdown summary that pastes into an issue tracker."""
     out = _head(report) + _findings(report) + _hang(report) + _baseline(report) + _ranks(report) + _groups(report)
     out += _steps(report) + _problems(report)
-    return "\n".join(out) + "\n"
+    return sanitize.guard_ci_lines("\n".join(out) + "\n")

@@ -7,6 +7,7 @@ from urllib.parse import quote
 
 import orjson
 
+from analyzer.render import sanitize
 from analyzer.render.common import (consequence_lines, cost_text, evidence_texts, fallback_file, finding_location,
                                     nothing_analysed, rule_catalog, subject_text)
 
@@ -17,10 +18,11 @@ INFO_URI = "https://example.invalid/dtrace-analyzer"  # no public home yet; SARI
 
 def file_uri(path: str) -> str:
     """A relative path as a URI reference (forward slashes, percent-encoded); absolute paths as file:// URIs."""
-    p = PurePath(path)
+    p = PurePath(sanitize.clean(path) if "\x1b" in path else path)
+    # an undecodable byte of a file name (surrogateescape) is percent-encoded as that byte
     if p.is_absolute():
-        return "file://" + quote(p.as_posix())
-    return quote(p.as_posix())
+        return "file://" + quote(p.as_posix(), errors="surrogateescape")
+    return quote(p.as_posix(), errors="surrogateescape")
 
 
 def _result(report: dict, f: dict, rule_index: dict[str, int]) -> dict:
@@ -91,9 +93,9 @@ def sarif_dict(report: dict, rules: Optional[list[dict]] = None) -> dict:
         inv["toolExecutionNotifications"] = [{"level": "error", "descriptor": {"id": "nothing-analysed"},
                                               "message": {"text": f"nothing was analysed: {why}"}}]
     run["invocations"] = [inv]
-    return {"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": [run]}
+    return sanitize.json_tree({"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": [run]})
 
 
 def render_sarif(report: dict, rules: Optional[list[dict]] = None) -> str:
     """SARIF 2.1.0 JSON text."""
-    return orjson.dumps(sarif_dict(report, rules), option=orjson.OPT_INDENT_2).decode() + "\n"
+    return sanitize.dumps(sarif_dict(report, rules), option=orjson.OPT_INDENT_2) + "\n"

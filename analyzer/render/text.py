@@ -3,13 +3,15 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from analyzer.render import sanitize
+
 from analyzer.render.common import (consequence_lines, cost_text, evidence_texts, job_shape, mb, ms,  # noqa: F401
                                     nothing_analysed, num, pct, printable, ranges, skipped_summary, subject_text)
 
 
 def one_line(text: Any) -> str:
-    """Input-derived text on one terminal line: CR/LF and other control characters become spaces."""
-    return "".join(" " if (ord(c) < 32 or ord(c) == 127) else c for c in printable(text))
+    """Input-derived text on one terminal line (`sanitize.text`): no controls, no newline, no CI command."""
+    return sanitize.text(text)
 
 _COLORS = {"error": "\033[1;31m", "warning": "\033[1;33m", "info": "\033[36m", "ok": "\033[1;32m",
            "bold": "\033[1m", "dim": "\033[2m"}
@@ -32,6 +34,7 @@ class _Painter:
 
 def table(headers: list[str], rows: list[list[str]], indent: str = "  ") -> list[str]:
     """Right-aligned plain-text table (first column left-aligned)."""
+    rows = [[one_line(c) for c in r] for r in rows]  # every cell passes `sanitize.text`
     widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
 
     def fmt(cells: list[str]) -> str:
@@ -101,8 +104,8 @@ def _findings(report: dict, paint: _Painter) -> list[str]:
     for i, f in enumerate(findings, 1):
         sev = str(f.get("severity", "?"))
         subj = subject_text(f)
-        line = f"{i:>2}. {paint(sev, sev.upper())} {one_line(f.get('id', ''))} {one_line(f.get('title', ''))}"
-        out.append(line + (f"  [{subj}]" if subj else ""))
+        line = f"{i:>2}. {paint(sev, one_line(sev.upper()))} {one_line(f.get('id', ''))} {one_line(f.get('title', ''))}"
+        out.append(line + (f"  [{one_line(subj)}]" if subj else ""))
         ev = evidence_texts(f)
         for e in ev[:MAX_EVIDENCE]:
             out.append(f"      - {one_line(e)}")
@@ -129,15 +132,15 @@ def _hang(report: dict, paint: _Painter) -> list[str]:
     for d in hang.get("diagnoses") or []:
         where = []
         if d.get("process_group"):
-            where.append(f"group {d['process_group']}")
+            where.append(f"group {one_line(d['process_group'])}")
         if d.get("seq") is not None:
-            where.append(f"seq {d['seq']}")
+            where.append(f"seq {one_line(d['seq'])}")
         if d.get("op"):
-            where.append(f"op {d['op']}")
+            where.append(f"op {one_line(d['op'])}")
         if d.get("p2p") and d["p2p"].get("src") is not None and d["p2p"].get("dst") is not None:
-            where.append(f"send/recv {d['p2p']['src']} → {d['p2p']['dst']}")
+            where.append(f"send/recv {one_line(d['p2p']['src'])} → {one_line(d['p2p']['dst'])}")
         tie = " (a tie: the evidence cannot tell which)" if d.get("tie") else ""
-        out.append(f"  - {d.get('kind')}: {' '.join(where) or 'no group or seq known'}; "
+        out.append(f"  - {one_line(d.get('kind'))}: {' '.join(where) or 'no group or seq known'}; "
                    f"culprit ranks {ranges(d.get('culprit_ranks') or []) or '-'}{tie}, "
                    f"waiting {ranges(d.get('waiting_ranks') or []) or '-'}")
         if d.get("cause"):
@@ -201,7 +204,7 @@ def _groups(report: dict) -> list[str]:
             ["group", "op", "calls", "MB/call", "transfer ms/call", "busbw GB/s", "link"], body)
     pipe = cr.get("pipeline") or {}
     if pipe.get("detected"):
-        out += ["", f"pipeline: {pipe.get('schedule')} p={pipe.get('p')} m={pipe.get('m')}, bubble "
+        out += ["", f"pipeline: {one_line(pipe.get('schedule'))} p={pipe.get('p')} m={pipe.get('m')}, bubble "
                     f"{pct(pipe.get('mean_bubble_rate'))} (theory {pct(pipe.get('theoretical_bubble'))})"]
     return out
 
@@ -272,4 +275,4 @@ def render_text(report: dict[str, Any], color: bool = False, verbose: Optional[b
     out += _per_step(report)
     out += _groups(report)
     out += _problems(report, bool(verbose))
-    return "\n".join(out) + "\n"
+    return sanitize.guard_ci_lines("\n".join(out) + "\n")

@@ -66,7 +66,7 @@ def load_baseline(source: str, analyse: Callable[[list[str]], dict]) -> dict:
     if saved is not None:
         return saved
     report = analyse([source])
-    if not report.get("ranks") and not (report.get("metrics") or {}).get("per_step"):
+    if not report.get("ranks") and not _d(report.get("metrics")).get("per_step"):
         raise BaselineError(f"{source}: no trace in the baseline could be read")
     return report
 
@@ -76,23 +76,45 @@ def _mean(values: list[Optional[float]]) -> Optional[float]:
     return sum(vals) / len(vals) if vals else None
 
 
+def _d(x: Any) -> dict:
+    """A report member as a dict ({} when a saved report holds something else there)."""
+    return x if isinstance(x, dict) else {}
+
+
+def _rows(x: Any) -> list[dict]:
+    """A report member as a list of dicts (other items dropped)."""
+    return [r for r in x if isinstance(r, dict)] if isinstance(x, list) else []
+
+
+def _f(x: Any) -> Optional[float]:
+    """A compared value: a finite number, else None (a saved report may hold anything)."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return None
+    try:
+        v = float(x)
+    except OverflowError:
+        return None
+    return v if v == v and abs(v) != float("inf") else None
+
+
 def _job_values(report: dict) -> dict[str, Optional[float]]:
-    s = (report.get("job") or {}).get("summary") or {}
-    per_step = (report.get("metrics") or {}).get("per_step") or []
-    pipe = (report.get("cross_rank") or {}).get("pipeline") or {}
+    s = _d(_d(report.get("job")).get("summary"))
+    per_step = _rows(_d(report.get("metrics")).get("per_step"))
+    pipe = _d(_d(report.get("cross_rank")).get("pipeline"))
     return {
-        "step_time": s.get("mean_step_time_us"),
-        "comm_time": _mean([r.get("comm_us") for r in per_step]),
-        "comm_share": s.get("comm_share"),
-        "exposed_comm_share": s.get("exposed_comm_share"),
-        "overlap_coverage": s.get("overlap_coverage"),
-        "bubble_rate": pipe.get("mean_bubble_rate") if pipe.get("detected") else None,
+        "step_time": _f(s.get("mean_step_time_us")),
+        "comm_time": _mean([_f(r.get("comm_us")) for r in per_step]),
+        "comm_share": _f(s.get("comm_share")),
+        "exposed_comm_share": _f(s.get("exposed_comm_share")),
+        "overlap_coverage": _f(s.get("overlap_coverage")),
+        "bubble_rate": _f(pipe.get("mean_bubble_rate")) if pipe.get("detected") else None,
     }
 
 
 def _busbw(report: dict) -> dict[tuple[str, str], dict]:
-    rows = ((report.get("cross_rank") or {}).get("collectives") or {}).get("by_group_op") or []
-    return {(str(r.get("process_group")), str(r.get("op"))): r for r in rows if r.get("mean_busbw_gbps")}
+    rows = _rows(_d(_d(report.get("cross_rank")).get("collectives")).get("by_group_op"))
+    return {(str(r.get("process_group")), str(r.get("op"))): dict(r, mean_busbw_gbps=_f(r.get("mean_busbw_gbps")))
+            for r in rows if _f(r.get("mean_busbw_gbps"))}
 
 
 def _row(m: Metric, name: str, cur: Optional[float], base: Optional[float], threshold: float) -> dict:
@@ -100,6 +122,8 @@ def _row(m: Metric, name: str, cur: Optional[float], base: Optional[float], thre
     if cur is not None and base is not None:
         if m.kind == "relative":
             change = (cur / base - 1.0) if base else None
+            if change is not None and not abs(change) < float("inf"):
+                change = None
         else:
             change = cur - base
     regressed = change is not None and change * m.worse > threshold
