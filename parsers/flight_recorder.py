@@ -31,6 +31,8 @@ _PEER = re.compile(r"(\d+)\s*(->|<-)\s*(\d+)")
 _RANK_SUFFIX = re.compile(r"(\d+)(?:\.(?:json|pkl|pickle|bin))?$")
 _TORCH_FRAME = re.compile(r"(?:^|[/\\])(?:torch|site-packages|dist-packages)[/\\]|^<frozen |^<string>")
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+KNOWN_TOP_KEYS = {"version", "pg_config", "pg_status", "entries", "rank", "comm_lib_version", "nccl_version",
+                  "nccl_comm_state"}  # what PyTorch's FlightRecorder::dump / dump_json write (2.x)
 MAX_RANK = 1 << 20  # ranks (and peers) outside 0 <= rank < MAX_RANK are not believed
 MAX_TEXT_NODES = 100_000  # sizes / dtypes / names longer than this many values are not serialised
 MAX_TEXT_DEPTH = 32
@@ -457,6 +459,10 @@ def load_dump(path: str | Path, max_bytes: int = MAX_PICKLE_BYTES) -> FlightReco
         warnings.append(f"{p}: no 'version' key")
     elif _version_tuple(version)[:1] != (2,):
         warnings.append(f"{p}: Flight Recorder version {version} is not 2.x; reading it as 2.x")
+    unknown = sorted(short(k, 40) for k in list(obj)[:1000] if not (isinstance(k, str) and k in KNOWN_TOP_KEYS))
+    if unknown:
+        warnings.append(f"{p}: keys this reader does not know were ignored: {', '.join(unknown[:10])}"
+                        + (f" (+{len(unknown) - 10} more)" if len(unknown) > 10 else ""))
 
     pg_config, pg_names = _read_pg_config(p, obj.get("pg_config"), warnings, rd)
     pg_status = _read_pg_status(p, obj.get("pg_status"), warnings, rd)

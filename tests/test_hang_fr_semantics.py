@@ -222,3 +222,22 @@ def test_empty_json_dump_means_nothing_recorded(tmp_path: Path) -> None:
     d = rep.diagnoses[0]
     assert (d.kind, d.seq, d.culprit_ranks) == ("missing_rank", 1, [1])
     assert any("holds no entries" in w for w in rep.warnings)
+
+
+def test_dumps_of_other_versions_unknown_keys_or_cut_are_read_with_a_message(tmp_path: Path) -> None:
+    """A newer version, keys this reader does not know, a cut-off pickle: each gets a message naming the file and
+    the rest of the analysis goes on (the other ranks' dumps still give the verdict)."""
+    c = cfg(**{"0": ("default_pg", range(3))})
+    ok = [load_dump(write(tmp_path, r, [ent(i, 0, "0", "default_pg", s) for i, s in enumerate((1, 2))], c,
+                          {"0": status(2, 1)})) for r in (0, 1)]
+    newer = tmp_path / "_dump_2"
+    body = {"version": "3.1", "pg_config": c, "pg_status": {"0": status(1, 1)}, "flux_capacitor": {"x": 1},
+            "entries": [ent(0, 0, "0", "default_pg", 1)]}
+    newer.write_bytes(pickle.dumps(body, protocol=2)[:-40])  # cut before its end
+    d2 = load_dump(newer)
+    assert any("3.1 is not 2.x" in w for w in d2.warnings)
+    assert any("flux_capacitor" in w and "do not know" in w for w in d2.warnings) or \
+        any("salvaged" in w for w in d2.warnings)
+    rep = analyze_hang(ok + [d2], world_size=3)
+    d = rep.diagnoses[0]
+    assert d.culprit_ranks == [2] and d.seq == 2 and d.kind in ("missing_rank", "lagging_rank")

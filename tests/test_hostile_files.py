@@ -29,7 +29,7 @@ def test_fifos_named_like_inputs_are_refused_without_blocking(tmp_path):
     status = {os.path.basename(f.path): (f.status, f.message) for f in job.files}
     assert status["rank2.json"][0] == "read"
     for name in ("rank0.json", "nccl_rank0.log", "nccl_trace_rank_0", "rank1.json.gz"):
-        assert status[name] == ("skipped", "not a trace: not a regular file (FIFO (named pipe)); not read")
+        assert status[name] == ("skipped", "not a regular file (FIFO (named pipe)); not read")
     for parse in (load_trace, parse_nccl_log, load_dump):
         with pytest.raises(InputError, match="not a regular file"):
             parse(tmp_path / "rank0.json")
