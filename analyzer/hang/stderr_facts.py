@@ -33,7 +33,7 @@ DIST_EXC = re.compile(r"(?:^|\.)(?:DistBackendError|DistError|DistNetworkError|D
 GLOO_TEXT = re.compile(r"gloo[/:]|ProcessGroupGloo|c10d|ProcessGroupNCCL|NCCL communicator")
 CONSEQUENCE_TEXT = re.compile(r"[Tt]imed out|[Tt]imeout|[Cc]onnection (?:closed|reset|refused)|by peer|"
                               r"Detected mismatch between collectives|"
-                              r"remote process exited|[Ss]ignal 15|SIGTERM|Broken pipe|NCCL communicator was aborted|"
+                              r"remote process exited|[Ss]ignal 15|SIGTERM|killed by signal: Terminated|Broken pipe|NCCL communicator was aborted|"
                               r"[Ww]atchdog|monitoredBarrier|failed to pass")
 ORIGIN_TEXT = re.compile(r"Received data size doesn't match|invalid tensor size|out of memory|illegal memory|"
                          r"device-side assert|CUDA error|ECC|Xid")
@@ -158,6 +158,7 @@ def stderr_facts(logs: list) -> StderrFacts:
             if df is not None and len(df):
                 rows += [(what, x) for x in df.to_dict("records")]
         rows.sort(key=lambda kx: _i(kx[1].get("line")))
+        chained_at = _chains_after_consequence(rows)
         unranked: list[dict] = []
         for what, x in rows:
             order += 1
@@ -193,7 +194,8 @@ def stderr_facts(logs: list) -> StderrFacts:
             if kind == "monitored_barrier" and item["peer"] >= 0 and item["peer"] != r:
                 f.peers.append(item["peer"])
                 f.timed_out = True
-            if _is_origin(kind, exc, text, reason):
+            handling = kind == "exception" and r in chained_at and (line or 0) >= chained_at[r]
+            if not handling and _is_origin(kind, exc, text, reason):
                 if f.origin is None:
                     f.origin = item
                 elif kind in ORIGIN_KINDS and f.origin.get("kind") in ("exception", "signal"):
@@ -209,6 +211,24 @@ def stderr_facts(logs: list) -> StderrFacts:
                     f.peers.append(item["peer"])
         _failure_table(out, getattr(log, "failures", None), path, order)
         _attribute_unranked(out, unranked)
+    return out
+
+
+def _chains_after_consequence(rows: list[tuple[str, dict]]) -> dict[int, int]:
+    """rank → first line of a chained traceback ("During handling of the above exception…") whose first
+    exception reports someone else's failure: what that rank raised while handling it (its DataLoader worker
+    killed by the launcher's SIGTERM, a cleanup error) is a consequence too, not a failure of its own."""
+    first: dict[int, bool] = {}
+    out: dict[int, int] = {}
+    for what, x in rows:
+        r = _i(x.get("rank"))
+        if what != "traceback" or r < 0:
+            continue
+        exc, msg = _s(x.get("exc_type")), _s(x.get("message"))
+        if not bool(x.get("chained")):
+            first.setdefault(r, _is_origin("exception", exc, f"{exc}: {msg}", ""))
+        elif first.get(r) is False and r not in out:
+            out[r] = _i(x.get("line"))
     return out
 
 

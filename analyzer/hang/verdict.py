@@ -126,6 +126,76 @@ def _abort_side(inp: HangInputs, d: Divergence, facts: StderrFacts) -> tuple[lis
     return odd, why
 
 
+def _size_abort_majorities(inp: HangInputs, facts: StderrFacts, taken: set[int]) -> list[HangDiagnosis]:
+    """Ranks gloo aborted for receiving more than their own buffer holds are receivers, not necessarily the odd
+    ones: when two or more of them agree on their own buffer's size and are most of the smallest known group that
+    holds them all, the group's other members are the ones whose call moves more (the majority rule of a
+    mismatch, with the aborted ranks voting for the buffer they hold)."""
+    aborted = [r for r in facts.origin_ranks() if r not in taken and _size_abort(facts, r)]
+    by_size: dict[int, list[int]] = {}
+    for r in aborted:
+        o = facts.ranks[r].origin
+        if o.get("bytes_a", -1) > o.get("bytes_b", -1) >= 0:
+            by_size.setdefault(int(o["bytes_b"]), []).append(r)
+    out = []
+    for held, ranks in sorted(by_size.items()):
+        if len(ranks) < 2:
+            continue
+        homes = sorted((g for g in inp.groups.values() if g.members and set(ranks) <= set(g.members)),
+                       key=lambda g: (len(g.members), g.key))
+        if not homes:
+            continue
+        g = homes[0]
+        others = sorted(set(g.members) - set(ranks))
+        if not others or len(others) >= len(ranks) or any(_size_abort(facts, r) for r in others):
+            continue
+        got = ", ".join(f"rank {r}: {facts.ranks[r].origin['bytes_a']}" for r in ranks)
+        cause = (f"gloo's size check aborted {ranks_text(ranks)} (SIGABRT): each received more than its own "
+                 f"{held}-byte buffer holds ({got} bytes). They agree with each other on the size and are "
+                 f"{len(ranks)} of the {len(g.members)} members of group {g.key} ({g.desc or 'no description'}), "
+                 f"the smallest group holding them all; its other member{'s' if len(others) > 1 else ''} "
+                 f"{ranks_text(others)} sent the larger data: {'their' if len(others) > 1 else 'its'} call differs "
+                 "(a skipped or extra collective there, or a different size)")
+        seqs = inp.calls.loc[(inp.calls["group"] == g.key) & inp.calls["rank"].isin(others), "seq"]
+        seq = int(seqs.max()) if len(seqs) else None
+        d = HangDiagnosis(kind="mismatched_size", process_group=g.key, pg_desc=g.desc, seq=seq,
+                          op=_op_at(inp, g.key, seq) if seq is not None else "", culprit_ranks=others,
+                          waiting_ranks=sorted(ranks), cause=cause, confidence=0.7, source="stderr")
+        d.evidence.extend(_failure_evidence(facts, sorted(ranks)))
+        if seq is not None:
+            d.evidence.extend(_calls_at(inp, g.key, seq, others)[:4])
+        out.append(d)
+    return out
+
+
+ITEM_BYTES = {"float64": 8, "int64": 8, "uint64": 8, "complex64": 8, "float32": 4, "int32": 4, "uint32": 4,
+              "float16": 2, "bfloat16": 2, "int16": 2, "int8": 1, "uint8": 1, "bool": 1, "fp8_e4m3": 1,
+              "fp8_e5m2": 1}
+
+
+def _dtype_from_abort(inp: HangInputs, facts: StderrFacts, d: HangDiagnosis) -> None:
+    """A size abort whose bytes received / held is the ratio of the others' element size to another dtype's
+    (float32 against bfloat16: 2) may be a dtype mismatch with equal shapes; gloo's numbers cannot tell it from a
+    shape twice as large, so the cause says both (the kind stays a size mismatch)."""
+    others = {str(d.dtypes.get(r, "")) for r in d.sizes if r not in d.culprit_ranks}
+    if len(others) != 1:
+        return
+    dt = others.pop()
+    s = ITEM_BYTES.get(dt.split(",")[0], -1)
+    ratios = set()
+    for r in d.culprit_ranks:
+        o = facts.ranks[r].origin if r in facts.ranks else None
+        got, held = (o.get("bytes_a", -1), o.get("bytes_b", -1)) if o else (-1, -1)
+        if s < 0 or held <= 0 or got <= held or got % held:
+            return
+        ratios.add(got // held)
+    if len(ratios) != 1 or (k := ratios.pop()) not in (2, 4, 8) or s % k:
+        return
+    small = {1: "an 8-bit dtype", 2: "a 16-bit dtype (bfloat16 / float16)", 4: "a 32-bit dtype"}[s // k]
+    d.cause += (f"; received / held = {k}, which is also what the same shape in {small} against the others' {dt} "
+                "gives: check the dtypes as well as the shapes")
+
+
 def _call_bytes(inp: HangInputs, g: str, seq: int, r: int) -> int:
     """Bytes one rank's call moves at (g, seq): Σ input elements × element size (-1 when unknown)."""
     c = inp.calls[(inp.calls["group"] == g) & (inp.calls["seq"] == seq) & (inp.calls["rank"] == r)
@@ -354,6 +424,10 @@ def build(inp: HangInputs, st: RankStates, edges: pd.DataFrame, divs: list[Diver
     # divergence is that divergence seen from the receiving side)
     explained = {r for r in facts.origin_ranks() if _size_abort(facts, r) and any(
         r in (inp.groups[d.group].members or ()) for d in divs if d.group in inp.groups)}
+    for x in _size_abort_majorities(inp, facts, claimed | explained):
+        diags.append(x)
+        claimed |= set(x.culprit_ranks)
+        explained |= set(x.waiting_ranks)
     origins = [r for r in facts.origin_ranks() if r not in claimed and r not in explained]
     by_kind: dict[tuple[str, str], list[int]] = {}
     for r in origins:  # one diagnosis per kind of failure (out of memory, a GPU error, an exception, ...)
@@ -368,6 +442,8 @@ def build(inp: HangInputs, st: RankStates, edges: pd.DataFrame, divs: list[Diver
             cause += f" ({ranks_text(nodump)} left no Flight Recorder dump)"
         x = _root(inp, st, edges, kind, ranks, cause, 0.9 if o["kind"] != "signal" else 0.8, facts)
         _refine_by_call_site(inp, st, edges, facts, x)
+        if kind == "mismatched_size":
+            _dtype_from_abort(inp, facts, x)
         diags.append(x)
         claimed |= set(ranks)
     # 3: ranks that wait for each other
@@ -432,6 +508,10 @@ def build(inp: HangInputs, st: RankStates, edges: pd.DataFrame, divs: list[Diver
             kind = "missing_rank"
             cause = (f"the others wait at a collective every rank with a record issued; {ranks_text(ranks)} left records "
                      "but none of this group, so they are the only candidates (not proven)")
+        elif (x := _failed_where_others_passed(inp, st, edges, facts, ranks)) is not None:
+            diags.append(x)
+            claimed |= set(ranks)
+            continue
         else:
             g, seq, _ = _best_group(inp, st, edges, ranks)
             lag = {r: st.enqueued.get((g, r), -1) for r in ranks}
@@ -447,6 +527,8 @@ def build(inp: HangInputs, st: RankStates, edges: pd.DataFrame, divs: list[Diver
     if not diags:
         diags.extend(_silent_members(inp, facts, blocked_p2p))
     if not diags:
+        diags.extend(_call_site_outliers(inp, facts))
+    if not diags:
         diags.extend(_timeouts_only(inp, facts))
     inp.warnings.extend(_quiet_absent(inp, st, edges))
     for d in diags:
@@ -459,6 +541,47 @@ def build(inp: HangInputs, st: RankStates, edges: pd.DataFrame, divs: list[Diver
     diags.sort(key=lambda d: (_order(d), -len(d.waiting_ranks), -d.confidence,
                               d.seq if d.seq is not None else 1 << 62, d.process_group))
     return diags, no_dump
+
+
+ROOTED_OPS = {"broadcast", "reduce", "gather", "scatter"}
+
+
+def _failed_where_others_passed(inp: HangInputs, st: RankStates, edges: pd.DataFrame, facts: StderrFacts,
+                                ranks: list[int]) -> HangDiagnosis | None:
+    """Ranks that stopped at one collective which every member issued and the others completed, while their own
+    call of it failed (their stderr: a timeout or lost peer inside the collective). They are not lagging: they
+    were inside it. The members disagree on an argument Flight Recorder does not record (a rooted op's root, the
+    reduce op) or the path between these ranks broke; which of them is wrong the dumps cannot say (a tie)."""
+    g, _, _ = _best_group(inp, st, edges, ranks)
+    if not g or g not in inp.groups or not all(facts.ranks.get(r) and facts.ranks[r].timed_out for r in ranks):
+        return None
+    last = {st.enqueued.get((g, r), -1) for r in ranks}
+    if len(last) != 1 or (seq := last.pop()) < 0:
+        return None
+    members = set(inp.groups[g].members or ())
+    c = inp.calls[(inp.calls["group"] == g) & (inp.calls["kind"] == "coll") & (inp.calls["seq"] == seq)]
+    issued = set(int(r) for r in c["rank"])
+    passed = sorted(r for r in members - set(ranks)  # went on to a later call of the group, or completed this one
+                    if st.enqueued.get((g, r), -1) > seq or st.completed.get((g, r), -1) >= seq)
+    if not members or not members <= issued or not passed:
+        return None
+    op = _op_at(inp, g, seq)
+    hint = (f"{op} is rooted: a different root (src/dst) on some member leaves exactly this pattern, and Flight "
+            "Recorder does not record the root" if op in ROOTED_OPS else
+            "Flight Recorder records no root or reduce op, so a disagreement there is invisible to it")
+    cause = (f"every member of group {g} ({_desc(inp, g)}) issued {op} #{seq}; {ranks_text(passed)} completed it and "
+             f"went on, while on {ranks_text(ranks)} it failed (their stderr: a timeout or a lost peer inside the "
+             f"collective) and they issued nothing after it. The members disagree on an argument of that call or "
+             f"the path between {ranks_text(ranks)} broke; {hint}. The dumps cannot tell which of "
+             f"{ranks_text(ranks)} is wrong")
+    d = HangDiagnosis(kind="mismatched_op", process_group=g, pg_desc=_desc(inp, g), seq=seq, op=op,
+                      culprit_ranks=sorted(ranks), waiting_ranks=[], cause=cause, confidence=0.45,
+                      source="flight_recorder", tie=True)
+    for x in c.itertuples(index=False):
+        d.ops[int(x.rank)], d.sizes[int(x.rank)], d.dtypes[int(x.rank)] = str(x.op), int(x.numel_in), str(x.dtype_in)
+    d.evidence.extend(_status_evidence(inp, g, sorted(members)))
+    d.evidence.extend(_failure_evidence(facts, sorted(ranks)))
+    return d
 
 
 def _wait_text(st: RankStates, edges: pd.DataFrame, targets: list[int]) -> str:
@@ -625,6 +748,48 @@ def _silent_members(inp: HangInputs, facts: StderrFacts, blocked_p2p: dict[int, 
                "the others waited for them"))]
 
 
+def _sites(facts: StderrFacts) -> dict[str, list[int]]:
+    """Where each rank that timed out without a failure of its own was waiting: its user-code stack (function:line,
+    outermost first) and the API it waited in."""
+    out: dict[str, list[int]] = {}
+    for r, f in sorted(facts.ranks.items()):
+        if f.timed_out and not f.origin and f.stack:
+            site = " › ".join(f.stack.split(";"))
+            last = f.stack.split(";")[-1].split(":")[0]
+            out.setdefault(site if f.blocked_in in ("", last) else f"{site} in {f.blocked_in}", []).append(r)
+    return out
+
+
+def _call_site_outliers(inp: HangInputs, facts: StderrFacts) -> list[HangDiagnosis]:
+    """No dump shows the hang, but the ranks' tracebacks do: most ranks timed out at one call site and a few at
+    another (a barrier after the loop, a send of their own). The few are not where the others wait for them: they
+    are the suspects (a majority rule over call sites, as over ops in a dump)."""
+    sites = _sites(facts)
+    if len(sites) < 2:
+        return []
+    ranked = sorted(sites.items(), key=lambda kv: -len(kv[1]))
+    (main_site, main), rest = ranked[0], ranked[1:]
+    odd = sorted(r for _, rs in rest for r in rs)
+    if len(main) < 2 or len(main) <= len(odd) or len(ranked[1][1]) == len(main):
+        return []
+    p2p_only = all(facts.ranks[r].blocked_in_p2p for r in odd)
+    if p2p_only and any(facts.ranks[r].p2p_direction != "send" for r in odd):
+        return []  # blocked in a recv: it waits for a sender that went on; stderr does not say which (below)
+    kind = "p2p_mismatch" if p2p_only else "missing_rank"
+    where = "; ".join(f"{ranks_text(rs)} timed out at {site}" for site, rs in rest)
+    cause = (f"no dump shows the hang, but the tracebacks do: {ranks_text(main)} timed out at one call site "
+             f"({main_site}) while {where}: "
+             + ("they were blocked in a send of their own that no receiver took (an extra send, or a receiver that "
+                "skipped its recv)" if p2p_only else "they never joined the collective the others wait in")
+             + " (a majority rule over the ranks' call sites; stderr only, so not proven)")
+    ev = []
+    for r in odd + main[:2]:
+        ev.extend((c["file"], c["line"], c["text"]) for c in facts.ranks[r].consequences[:1])
+    return [HangDiagnosis(kind=kind, process_group="", pg_desc="", seq=None, op=facts.ranks[main[0]].blocked_in,
+                          culprit_ranks=odd, waiting_ranks=sorted(main), evidence=ev, confidence=0.5 if p2p_only else 0.6,
+                          source="stderr", cause=cause)]
+
+
 def _timeouts_only(inp: HangInputs, facts: StderrFacts) -> list[HangDiagnosis]:
     """Ranks timed out but nothing says who is to blame: one watchdog_timeout diagnosis with no culprit."""
     e = inp.errors[inp.errors["kind"] == "timeout"] if len(inp.errors) else inp.errors
@@ -641,8 +806,22 @@ def _timeouts_only(inp: HangInputs, facts: StderrFacts) -> list[HangDiagnosis]:
     return [HangDiagnosis(kind="watchdog_timeout", process_group=g, pg_desc=_desc(inp, g), seq=seq, op="",
                           culprit_ranks=[], waiting_ranks=timed, evidence=ev, confidence=0.3,
                           source="watchdog" if len(e) else "stderr",
-                          cause="collectives timed out, but every rank that reported agrees on op, size and sequence "
-                                "and none is seen behind: the culprit left no trace here")]
+                          cause=_timeouts_cause(facts))]
+
+
+def _timeouts_cause(facts: StderrFacts) -> str:
+    sites = _sites(facts)
+    recv = [r for r, f in sorted(facts.ranks.items()) if f.timed_out and f.blocked_in_p2p and f.p2p_direction == "recv"]
+    if len(sites) >= 2 and recv:
+        return (f"collectives timed out while {ranks_text(recv)} waited in a recv of {'their' if len(recv) > 1 else 'its'} "
+                "own (" + "; ".join(f"{ranks_text(rs)} at {site}" for site, rs in sites.items()) + "): a rank that "
+                "should have sent to them went on without sending; stderr does not say which")
+    if len(sites) >= 2:
+        return ("collectives timed out at different call sites (" + "; ".join(
+            f"{ranks_text(rs)} at {site}" for site, rs in sites.items()) + ") with no majority to tell the odd ranks "
+            "from the rest: the evidence here cannot name a culprit")
+    return ("collectives timed out, but every rank that reported agrees on op, size and sequence and none is seen "
+            "behind: the culprit left no trace here")
 
 
 def _order(d: HangDiagnosis) -> int:
