@@ -90,15 +90,25 @@ def test_bubble_equals_an_independent_measurement_from_the_json(run):
 
 
 CLEAN = [r for r in RUNS if r.name not in CONTENDED and "slow" not in r.name]
+#: Clean by construction, yet idle more than the communication-free theory: found on the fresh held-out run, and
+#: the bed's own stdlib measurement agrees (stage-0 window 0.207, step window 0.205, theory 0.111). Its backward
+#: actions wait ~15 ms each for gradients (the runtime's gloo sends and receives couple the ranks); the
+#: schedule's order simulated with every hop 0.5 forward-times late still gives only 0.143.
+OFF_THEORY = {"pp4-m12-loopedbfs-medium8": "real P2P coupling: +9 points over the comm-free theory (see above)"}
 
 
-@pytest.mark.parametrize("run", CLEAN, ids=_id)
-def test_clean_schedule_measures_its_theory_and_raises_no_pipe001(run):
+@pytest.mark.parametrize("run", [pytest.param(r, marks=pytest.mark.xfail(strict=True, reason=OFF_THEORY[r.name]))
+                                 if r.name in OFF_THEORY else r for r in CLEAN], ids=_id)
+def test_clean_schedule_measures_its_theory(run):
     t, pipe = _truth(run), _pipe(run)
     theory = t["theoretical_bubble"]
     assert pipe["mean_bubble_rate"] == pytest.approx(theory, abs=0.05)
     for x in pipe["per_stage"]:
         assert abs(x["bubble_rate"] - theory) <= 0.05, x
+
+
+@pytest.mark.parametrize("run", CLEAN, ids=_id)
+def test_clean_schedule_raises_no_pipe001(run):
     assert "PIPE001" not in _ids(run)
 
 
