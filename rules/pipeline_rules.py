@@ -62,9 +62,9 @@ def _imbalance(p: dict) -> Optional[Evidence]:
 @rule("PIPE001", "Pipeline bubble well above the schedule's theoretical bubble", "warning",
       thresholds=(Threshold("bubble_excess", 0.10, "fraction",
                             "report when the measured bubble exceeds the schedule's theory by this much (absolute; "
-                            "the 16 clean emulated real pipelines measure theory +0.5 to +3.4 points, the "
-                            "simulator's clean ones up to +9 with P2P on the critical path; one stage 2x slower "
-                            "costs +18, 1.5x +13) …"),
+                            "16 clean emulated real pipelines measured theory +0.5 to +3.4 points, the "
+                            "simulator's clean ones up to +9 with P2P on the critical path, one stage 2x slower "
+                            "+18; held out: 1.5x slower +13, a clean looped BFS with P2P coupling +9) …"),
                   Threshold("bubble_ratio", 1.25, "×", "… and by at least this factor (so a deep pipeline's large "
                             "theoretical bubble does not turn P2P latency into a warning: the simulator's clean "
                             "p=4 m=4 jobs read 1.07-1.32x their theory)")),
