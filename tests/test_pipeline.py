@@ -184,3 +184,18 @@ def test_theoretical_bubble():
     assert theoretical_bubble("looped_bfs", 2, 8, 2) == pytest.approx(1 / 17)
     assert theoretical_bubble("zbv", 2, 4, 2) is None
     assert theoretical_bubble("1f1b", 4, None, 1) is None
+
+
+def test_nccl_send_recv_kernels_name_their_peer(tmp_path):
+    """PyTorch's NCCL metadata (`Src Rank` on a recv, `Dst Rank` on a send, global ranks) becomes the peer."""
+    from parsers.kineto import load_trace
+    from tests import kineto_builder as kb
+    send = "ncclDevKernel_SendRecv(ncclDevComm*, unsigned long, ncclWork*)"
+    ev = [kb.step(1, 0, 1000), kb.runtime(10, 5, 1), kb.runtime(20, 5, 2), kb.runtime(30, 5, 3),
+          kb.kernel(100, 50, send, correlation=1, **{"Collective name": "send", "Dst Rank": 3}),
+          kb.kernel(200, 50, send, correlation=2, **{"Collective name": "recv", "Src Rank": "1"}),
+          kb.kernel(300, 50, send, correlation=3, **{"Collective name": "recv", "Src Rank": True})]
+    t = load_trace(kb.write(tmp_path / "rank2.json", kb.trace(ev, rank=2, world_size=4)))
+    c = t.collectives.sort_values("start")
+    assert c["op"].tolist() == ["send", "recv", "recv"]
+    assert c["peer"].tolist() == [3, 1, -1]
