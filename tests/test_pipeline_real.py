@@ -162,3 +162,24 @@ def test_the_cut_rank_loses_only_its_cut_step():
     partial = {int(s.split("#")[1]) for s in cut["steps_partial_training_thread"]}
     assert not {(cut["rank"], s) for s in partial} & rows
     assert {(r, s) for r in range(4) for s in (2, 3) if (r, s) != (cut["rank"], 3)} <= rows
+
+
+@pytest.mark.parametrize("name", ["real-cpu-perf/pp4-m8-1f1b-large", "real-cpu-pipes/pp4-m8-gpipe-noshapes-small",
+                                  "real-cpu-perf/pp2-m8-interleaved-medium"])
+def test_without_profiler_steps_iterations_come_from_the_optimizer(name, tmp_path):
+    """A profile taken without prof.step() has no ProfilerStep#: the same real traces with those events removed
+    give the same shape, and per iteration (cut at each Optimizer.step) the same bubble."""
+    import gzip
+    src = FIX / name
+    for f in src.glob("rank*.pt.trace.json.gz"):
+        doc = json.loads(gzip.decompress(f.read_bytes()))
+        doc["traceEvents"] = [e for e in doc["traceEvents"] if not str(e.get("name", "")).startswith("ProfilerStep#")]
+        (tmp_path / f.name).write_bytes(gzip.compress(json.dumps(doc).encode()))
+    got = run_analysis(load_job([tmp_path], jobs=1))["cross_rank"]["pipeline"]
+    want = _pipe(src)
+    for k in ("p", "m", "v", "schedule"):
+        assert got["inference"][k] == want["inference"][k]
+    mine = {(x["rank"], x["step"]): x["bubble_rate"] for x in got["per_stage"]}
+    first = min(x["step"] for x in want["per_stage"])
+    for x in want["per_stage"]:   # profiled steps #2, #3 are iterations 0, 1 of the stripped traces
+        assert mine[(x["rank"], x["step"] - first)] == pytest.approx(x["bubble_rate"], abs=0.01)

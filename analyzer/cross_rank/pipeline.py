@@ -153,15 +153,20 @@ def _untrusted_order(ranks: list[int], rbs: dict[int, RankBlocks], offsets: dict
                        "when their first forward starts")
 
 
-def _fwd_counts(members: pd.DataFrame, order: list[int]) -> dict[tuple[int, int], int]:
-    """Sends per step (mode over the sender's steps) on every stage-order link, from the sender's rows."""
+def _fwd_counts(members: pd.DataFrame, order: list[int], rbs: dict[int, RankBlocks]) -> dict[tuple[int, int], int]:
+    """Sends per step (mode over the sender's steps) on every stage-order link, from the sender's rows; a trace
+    without ProfilerStep (step −1) is divided by the iterations its optimizer steps cut it into."""
     if not len(members):
         return {}
     s = members[(members["kind"] == "p2p") & (members["op"] == "send") & members["rank"].isin(order)]
     out = {}
     for (src, dst), g in s.groupby(["src", "dst"]):
         per = g.groupby("step").size()
-        out[(int(src), int(dst))] = int(ps._mode(per.tolist()) or 0)
+        n = len(rbs[int(src)].steps) if int(src) in rbs else 0
+        if (per.index.to_numpy() == -1).all() and n > 1 and min(rbs[int(src)].steps) >= 0:
+            out[(int(src), int(dst))] = int(round(int(per.sum()) / n))
+        else:
+            out[(int(src), int(dst))] = int(ps._mode(per.tolist()) or 0)
     return out
 
 
@@ -267,7 +272,7 @@ def analyse(job: Any, inst: pd.DataFrame, members: pd.DataFrame, offsets: Option
         ests = [ps.from_pp_annotations(rk_all, rbs), ps.from_gpipe_annotations(rk_all, rbs),
                 ps.from_send_labels(rk_all, rbs) if len(positions[0]) == 1 else None]
         if peered:
-            ests.append(ps.from_transfers(order, ring, _fwd_counts(members, order),
+            ests.append(ps.from_transfers(order, ring, _fwd_counts(members, order, rbs),
                                           _direction_orders(members, order, ring)))
         p_conf = 0.95 if peered else 0.6
         if not peered and ests[2] is not None and ests[2].confidence >= ps.BASE_CONFIDENCE["send_labels"]:

@@ -87,6 +87,26 @@ def complete_steps(trace: Any) -> pd.DataFrame:
     return st[st["end"].to_numpy() <= last]
 
 
+def step_windows(trace: Any) -> pd.DataFrame:
+    """The windows a pipeline step is measured in: the complete ProfilerStep windows; without any, iterations cut
+    at the end of each `Optimizer.step` annotation (numbered 0, 1, …; what follows the last one is dropped);
+    without those either, the whole trace as step −1."""
+    st = complete_steps(trace)
+    if len(trace.steps):
+        return st
+    ann = trace.annotations
+    opt = ann[ann["name"].astype(str).str.startswith(OPTIMIZER_PREFIX + "step")] if len(ann) else ann
+    a = trace.activity
+    if not len(a):
+        return st
+    lo = int(a["start"].min())
+    if len(opt):
+        ends = np.sort(opt["end"].to_numpy())
+        starts = np.r_[lo, ends[:-1]]
+        return pd.DataFrame({"step": np.arange(len(ends)), "start": starts, "end": ends})
+    return pd.DataFrame({"step": [-1], "start": [lo], "end": [int(a["end"].max()) + 1]})
+
+
 def _inside(t: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """Index of the interval of a disjoint sorted set containing each t, or −1."""
     if not len(starts):
@@ -121,8 +141,8 @@ def _labels(trace: Any, comp: pd.DataFrame, key: np.ndarray, actions: pd.DataFra
     lab = np.full(len(comp), UNKNOWN, np.int8)
     how = "none"
     if trace.device_type == "cpu" and len(comp):
-        names = np.asarray(trace.names, dtype=object)[comp["name_id"].to_numpy()]
-        eng = np.fromiter((str(n).startswith(ENGINE_PREFIX) for n in names), bool, len(names))
+        by_name = np.fromiter((str(n).startswith(ENGINE_PREFIX) for n in trace.names), bool, len(trace.names))
+        eng = by_name[comp["name_id"].to_numpy()]
         if eng.any():
             u = iv.union(comp["start"].to_numpy()[eng], comp["end"].to_numpy()[eng])
             lab[:] = np.where(_inside(comp["start"].to_numpy(), *u) >= 0, BWD, FWD)
@@ -206,7 +226,7 @@ def rank_blocks(rank: int, trace: Any) -> RankBlocks:
     p2p = coll[coll["op"].isin(["send", "recv"])].sort_values("start", kind="stable") if len(coll) else coll
     peers_given = float((p2p["peer"].to_numpy() >= 0).mean()) if len(p2p) else 0.0
     steps = {}
-    for st in complete_steps(trace).itertuples(index=False):
+    for st in step_windows(trace).itertuples(index=False):
         ws, we = int(st.start), int(st.end)
         sel = np.flatnonzero((ck >= ws) & (ck < we))
         s, e, lb = cs[sel], ce[sel], lab[sel]
