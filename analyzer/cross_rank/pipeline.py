@@ -8,11 +8,11 @@ there the pipeline is every rank with send/recv, ordered by the schedule's stage
 sends more forwards (stage 0) or backwards (last stage) and when each rank's first block starts.
 
 Bubble (docs/metrics.md, "Pipeline bubble"): per pipeline and step k, the window W(k) is stage 0's span from its
-first to its last work in its step k (compute and collectives, optimizer excluded): stage 0 runs the first
-forward and the last backward, so W(k) is the pipeline's makespan. Every stage s of that pipeline: bubble =
-1 − busy_s(k) / |W(k)| with busy_s(k) its own work in its step k. Only lengths are compared, so no clock alignment is needed
-and the stages' staggered step windows do not matter. A clean GPipe / 1F1B schedule then measures
-(p−1)/(m+p−1) and an interleaved or looped one (p−1)/(v·m+p−1).
+first to its last work in its step k (compute and collectives, optimizer excluded): stage 0 runs the first forward
+and the last backward, so W(k) is the pipeline's makespan. Every stage s of that pipeline: bubble = 1 − busy_s(k) /
+|W(k)| with busy_s(k) its own work in its step k. Only lengths are compared, so no clock alignment is needed and the
+stages' staggered step windows do not matter. A clean GPipe / 1F1B schedule then measures (p−1)/(m+p−1) and an
+interleaved or looped one (p−1)/(v·m+p−1).
 """
 from __future__ import annotations
 

@@ -1,17 +1,17 @@
 """What one pipeline rank did in each step: its compute split into forward / backward blocks, its transfers, and
 the schedule's own annotations — the per-rank evidence the schedule inference and the bubble are built from.
 
-Everything here is on the rank's own clock and needs no other rank. A stage's work is its `compute` activity
-(GPU kernels, or CPU ops on the training thread) and its collectives (TP all-reduce, EP all-to-all, DP
-reduction: work of the stage, not waiting on its neighbours), minus the optimizer (`Optimizer.*`
-annotations), which no pipeline theory counts; its send/recv are what it waits on. A compute op belongs to step k when its time key lies in the step's window: the CPU op's
-start, or for a GPU kernel the start of the runtime call that launched it (a kernel runs after its step's CPU
-window when the host runs ahead). Labels: F (forward) or B (backward, including zero-bubble I and W) from, in
-order of trust, the schedule's annotations (`PP:<stage><F|I|B|W><mb>` of torch.distributed.pipelining's
-schedule runtime, `Forward i` / `Backward i` of ScheduleGPipe), then on CPU traces the autograd engine (an op
-inside `autograd::engine::evaluate_function: …` is backward), else unknown. Blocks are the runs of compute
-between two of the rank's transfers with one label; blocks below `TINY_SHARE` of the step's large blocks
-(micro-batch split ops, `detach_`, `ones_like` before a loss backward) are left out of the order.
+Everything here is on the rank's own clock and needs no other rank. A stage's work is its `compute` activity (GPU
+kernels, or CPU ops on the training thread) and its collectives (TP all-reduce, EP all-to-all, DP reduction: work of
+the stage, not waiting on its neighbours), minus the optimizer (`Optimizer.*` annotations), which no pipeline theory
+counts; its send/recv are what it waits on. A compute op belongs to step k when its time key lies in the step's
+window: the CPU op's start, or for a GPU kernel the start of the runtime call that launched it (a kernel runs after
+its step's CPU window when the host runs ahead). Labels: F (forward) or B (backward, including zero-bubble I and W)
+from, in order of trust, the schedule's annotations (`PP:<stage><F|I|B|W><mb>` of torch.distributed.pipelining's
+schedule runtime, `Forward i` / `Backward i` of ScheduleGPipe), then on CPU traces the autograd engine (an op inside
+`autograd::engine::evaluate_function: …` is backward), else unknown. Blocks are the runs of compute between two of
+the rank's transfers with one label; blocks below `TINY_SHARE` of the step's large blocks (micro-batch split ops,
+`detach_`, `ones_like` before a loss backward) are left out of the order.
 """
 from __future__ import annotations
 

@@ -11,11 +11,11 @@ confidence, from up to four independent sources (docs/cross-rank.md, "Pipeline")
 4. `transfers` — send counts along the stage order from the matched peers: stage 0 → 1 carries v·m per step and
    the ring's wrap (last → first) (v−1)·m; with two ranks the wrap is the same link, so only (2v−1)·m is seen.
 
-The most confident source decides (at equal confidence the earlier one); every other source is checked against it (agreement raises the confidence,
-disagreement lowers it and is stated). The schedule comes from the per-rank order of forwards and backwards: all
-forwards before any backward on every rank is GPipe (looped BFS with v > 1); a backward before the last forward
-on some rank is 1F1B (interleaved 1F1B with v > 1); zero-bubble schedules split the backward into I and W
-(`zbv` when the two stages of a rank sit in a V: rank 0 holds the first and the last).
+The most confident source decides (at equal confidence the earlier one); every other source is checked against it
+(agreement raises the confidence, disagreement lowers it and is stated). The schedule comes from the per-rank order
+of forwards and backwards: all forwards before any backward on every rank is GPipe (looped BFS with v > 1); a
+backward before the last forward on some rank is 1F1B (interleaved 1F1B with v > 1); zero-bubble schedules split the
+backward into I and W (`zbv` when the two stages of a rank sit in a V: rank 0 holds the first and the last).
 """
 from __future__ import annotations
 
