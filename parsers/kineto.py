@@ -52,6 +52,8 @@ class _Args(msgspec.Struct, gc=False):
     pg_ranks: Any = msgspec.field(default=None, name="Process Group Ranks")
     name: Any = None  # metadata events: process/thread names
     concrete_inputs: Any = msgspec.field(default=None, name="Concrete Inputs")  # c10d::send/recv_: peer rank
+    src_rank: Any = msgspec.field(default=None, name="Src Rank")  # NCCL recv metadata: the global peer rank
+    dst_rank: Any = msgspec.field(default=None, name="Dst Rank")  # NCCL send metadata
 
 
 class _Event(msgspec.Struct, gc=False):
@@ -851,6 +853,14 @@ def _peer_from_args(a: Optional[_Args]) -> int:
     return -1
 
 
+def _nccl_peer(a: Optional[_Args], op: str) -> int:
+    """PyTorch's NCCL metadata names a send's `Dst Rank` and a recv's `Src Rank` (global ranks); else -1."""
+    v = (a.dst_rank if op == "send" else a.src_rank if op == "recv" else None) if a is not None else None
+    if isinstance(v, str) and v.isdigit() and len(v) < 8:
+        v = int(v)
+    return v if _plausible_rank(v) else -1
+
+
 def _cat_arrays(parts: list[tuple], n_fields: int, dtypes: tuple) -> list[np.ndarray]:
     if not parts:
         return [np.empty(0, dt) for dt in dtypes]
@@ -1183,7 +1193,7 @@ class _Collector:
                 if span_index is None:
                     span_index = _SpanIndex(spans)
                 op = _op_from_launcher(ext[j], launch_pos[j], r_tid, r_start, comm_by_ext, span_index)
-            recs.append(_coll_record(row, op, a, -1))
+            recs.append(_coll_record(row, op, a, _nccl_peer(a, op)))
         return activity, _collectives_frame(recs, activity), names
 
     def _cpu_activity(self, spans: list[tuple]):

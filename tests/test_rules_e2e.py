@@ -22,7 +22,10 @@ PERF_KINDS = {"data_loader_stall": "LOAD003", "slow_link": "NET004", "moe_imbala
               "small_buckets": "COMM003", "straggler": "LOAD001", "tp_cross_host": "NET001",
               "uneven_last_batch": "LOAD004"}
 #: warnings that remain on jobs without an injected fault, each true (docs/rules.md, "Findings on clean data")
-ALLOWED = {"ddp_64_clean": {"COMM001"}, "real-cpu/pp-gpipe": {"PIPE001"},
+# real-cpu/pp-*: 4 stages computing on 2 shared cores time-slice (fixtures/real-cpu/README.md, "Noise"): their
+# bubble really is above theory (+27 / +11 points over stage 0's window); PIPE001 names the heavy stage (GPipe) or
+# says the stages work alike and the idle is waiting (1F1B)
+ALLOWED = {"ddp_64_clean": {"COMM001"}, "real-cpu/pp-gpipe": {"PIPE001"}, "real-cpu/pp-1f1b": {"PIPE001"},
            "corpus/hta-trace_filter": {"LOAD003"}, "corpus/param-dlrm_kineto": {"LOAD003"},
            "corpus/hta-single_rank/df_index_resolver": {"LOAD003"},
            "corpus/hta-single_rank/nccl_parser_config": {"LOAD003"},

@@ -251,13 +251,13 @@ def cross_rank_section(job: Job, gpus_per_node: Optional[int] = None) -> dict:
             "per_rank_wait": [{"rank": int(r), "total_wait_us": float(w["sum"]) / 1e3,
                                "mean_wait_us": float(w["mean"]) / 1e3} for r, w in wait.iterrows()]}
         section["stragglers"] = sg.analyse(job, inst, mem)
-        section["pipeline"] = pl.analyse(job, inst, mem)
+        section["pipeline"] = pl.analyse(job, inst, mem, cr.alignment.offset_of)
     else:
         section["collectives"] = {"instances": 0, "matched": 0, "unmatched": 0, "match_method": cr.match_method,
                                   "by_group_op": [], "per_rank_wait": []}
         section["stragglers"] = {"per_rank": [], "straggler": None, "confidence": 0.0, "attribution": "unknown",
                                  "evidence": "no collectives", "per_step": []}
-        section["pipeline"] = pl.analyse(job, inst, mem) if len(inst) else {"detected": False}
+        section["pipeline"] = pl.analyse(job, inst, mem, cr.alignment.offset_of)
     section["step_spread"] = sg.step_spread(job.step_metrics)
     section["summary"] = _summary(job, cr, section)
     return section
