@@ -37,7 +37,8 @@ class CutDamage:
         return not self.lost_threads
 
     def to_dict(self) -> dict:
-        return {"cut_at_ns": self.cut_at_ns, "cut_thread": self.cut_thread, "lost_threads": self.lost_threads,
+        """JSON form (report `ranks[].cut`): times in µs on the rank's own clock."""
+        return {"cut_at_us": self.cut_at_ns / 1e3, "cut_thread": self.cut_thread, "lost_threads": self.lost_threads,
                 "excluded_steps": [{"step": s, "reason": r} for s, r in sorted(self.excluded.items())],
                 "lost_steps": self.lost_steps}
 
