@@ -10,6 +10,8 @@ from rules.registry import Threshold, rule
 from rules.util import frac, group_for_rank, median, num, pct, ranks_text
 
 WAIT_EFFECTS = ("LOAD002", "COMM001", "COMM002", "PIPE001")
+#: Below this confidence (both margins thin: near the noise of a clean run) LOAD001 is an info, "may be".
+WEAK_STRAGGLER = 0.5
 ATTRIBUTION = {
     "compute": "it computes longer than its peers (more work or a slower GPU)",
     "host": "its GPU waits for the host (data loader, CPU work, Python) before launching work",
@@ -137,7 +139,9 @@ def straggler(ctx: Context) -> Iterator[Finding]:
     communication time (so a straggler inflates comm share and lowers overlap, listed as consequences). Judged
     by the delay it alone causes (the others have all arrived and wait for it) and by its part of all such
     delay; arrival counts are supporting evidence (docs/cross-rank.md). Falls back on per-step compute when
-    there are no cross-rank data. Cost: its delay per step as a fraction of the median step.
+    there are no cross-rank data. Cost: its delay per step as a fraction of the median step. A finding with
+    confidence below 0.5 (both thresholds passed by thin margins, where a clean run's noise lives) is an info
+    titled "may be a straggler".
     """
     info = straggler_info(ctx)
     if info is None:
@@ -147,8 +151,10 @@ def straggler(ctx: Context) -> Iterator[Finding]:
     why = ATTRIBUTION.get(info["attribution"], "")
     if ctx.cpu_only():  # gloo on CPUs: there is no GPU to blame
         why = why.replace("a slower GPU", "a slower or busier CPU")
-    yield Finding(title=f"Rank {r} is a straggler" + (f": {why}" if why else ""), confidence=info["confidence"],
-                  evidence=info["evidence"], cost=info["cost"],
+    weak = info["confidence"] < WEAK_STRAGGLER
+    yield Finding(title=(f"Rank {r} may be a straggler" if weak else f"Rank {r} is a straggler")
+                  + (f": {why}" if why else ""), confidence=info["confidence"],
+                  severity="info" if weak else "warning", evidence=info["evidence"], cost=info["cost"],
                   subject=Subject(ranks=[r], process_group=None if g is None else str(g.get("name"))),
                   involved=_all_ranks(ctx) | {r}, extra={"attribution": info["attribution"]})
 

@@ -22,7 +22,7 @@ import pandas as pd
 MAX_SKIPS = 8
 #: Sequence numbers for extra collectives (they join no instance).
 EXTRA_SEQ = 1 << 40
-#: Below this margin (spacing units) the next best position is reported too.
+#: Below this margin (in units of the fit's noise per row) the next best position is reported too.
 UNSURE_MARGIN = 1.0
 #: Weight of an op mismatch in the alignment cost (in units of the group's typical spacing).
 OP_MISMATCH = 10.0
@@ -100,8 +100,8 @@ def _best_alignment(rs, re, rop, fs, fe, fop, scale, offset: Optional[float] = N
 
 
 def _margin(rs, re, rop, fs, fe, fop, scale, mapping) -> tuple[float, Optional[int]]:
-    """With one reference row skipped: how much worse (in spacing units) the best alignment skipping another
-    row is, and that row; (nan, None) otherwise."""
+    """With one reference row skipped: how much worse the best alignment skipping another row is (in units of
+    the fit's mean cost per row: the timing noise), and that row; (nan, None) otherwise."""
     m, n = len(rs), len(fs)
     if n - m != 1:
         return float("nan"), None
@@ -117,7 +117,8 @@ def _margin(rs, re, rop, fs, fe, fop, scale, mapping) -> tuple[float, Optional[i
     if not len(alt):
         return float("inf"), None
     q = int(alt[np.argmin(costs[alt])])
-    return float(costs[q] - costs[p]), q
+    # in units of the fit's own noise (its mean cost per matched row; at least 0.1 spacing)
+    return float(costs[q] - costs[p]) / max(0.1, float(costs[p]) / max(1, m)), q
 
 
 def realign(coll: pd.DataFrame, job: Any, offset_of: Optional[dict] = None) -> tuple[pd.DataFrame, list[dict], bool]:
@@ -205,7 +206,8 @@ def _recorded(kept: set, rank: int, step: int) -> bool:
 
 
 def _confidence(margin: float) -> float:
-    """From the margin of the chosen position over the next best (in spacing units); 0.7 when not computed."""
+    """From the margin of the chosen position over the next best (noise units): 1 − e^−margin in [0.5, 0.99];
+    0.7 when not computed (several collectives missing)."""
     if margin != margin:
         return 0.7
     return round(float(min(0.99, max(0.5, 1.0 - np.exp(-margin)))), 3)
