@@ -118,8 +118,8 @@ def straggler_info(ctx: Context) -> Optional[dict]:
                             "hold-up per step, or the others' idle time inside its hold-ups when longer); real CPU "
                             "runs: clean jobs up to 0.070, 20 % stragglers 0.087 and up"),
                   Threshold("straggler_share_min", 0.75, "fraction",
-                            "… and cause this share of all ranks' hold-up delay; real CPU runs: clean jobs "
-                            "0.31-0.65, stragglers 0.90-1.0"),
+                            "… and cause this share of all ranks' hold-up delay in the process group where it "
+                            "holds up most; real CPU runs: clean jobs 0.31-0.65, stragglers 0.90-1.0"),
                   Threshold("straggler_pct_last", 0.0, "fraction",
                             "optional: also require arriving last at this share of collectives (off: arrival "
                             "counts are noise at a few ranks, a host straggler can be last at only 42 %)"),

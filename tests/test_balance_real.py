@@ -143,7 +143,7 @@ def test_cut_gpu_trace_is_not_a_data_loader_stall(tmp_path):
 def test_gpu_job_without_gpu_events_is_warned():
     rep = _report(str(BED / "gpuless-ddp4"))
     f = rep["findings"][0]
-    assert (f["id"], f["severity"], f["subject"]["ranks"]) == ("INPUT005", "warning", [0, 1, 2, 3])
+    assert (f["id"], f["severity"], f["subject"]["ranks"]) == ("INPUT006", "warning", [0, 1, 2, 3])
     assert rep["verdict"].startswith("WARN")
     clean = _report(str(BED / "ddp4-clean-small"))  # the same events with a gloo header: nothing to warn about
-    assert "INPUT005" not in {x["id"] for x in clean["findings"]}
+    assert "INPUT006" not in {x["id"] for x in clean["findings"]}
