@@ -160,6 +160,8 @@ def load_trace(path: str | Path, chunk_bytes: int = CHUNK_BYTES) -> KinetoTrace:
             f"{path}: {what} trace salvaged: kept {salvage['events_recovered']} complete events "
             f"({salvage['bytes_kept']} of {salvage['bytes_read']} bytes; {salvage['reason']})")
     trace = col.finish(path, doc, warnings)
+    if salvage is not None:
+        salvage.update(col.cut_point())
     trace.salvage = salvage
     return trace
 
@@ -899,6 +901,8 @@ class _Collector:
         self.p2p: list[tuple] = []     # tid, ts, peer
         self.notes: list[str] = []     # what the decoder had to repair, for the warnings
         self.has_gpu = False
+        self.last_x: Optional[tuple] = None    # (ts, tid, cat) of the last X event in file order
+        self.thread_order: list[Any] = []      # tids in the order the thread_name metadata lists them
 
     def _tid(self, t: Any) -> int:
         try:
@@ -935,6 +939,8 @@ class _Collector:
         has_gpu = self.has_gpu
         for e in events:
             if e.ph != "X":
+                if e.ph == "M" and e.name == "thread_name" and e.tid not in self.thread_order:
+                    self.thread_order.append(e.tid)
                 continue
             ts = e.ts
             if ts is None:
@@ -1044,6 +1050,10 @@ class _Collector:
             if fl & _F_P2P:
                 self.p2p.append((self._tid(e.tid), ts, _peer_from_args(e.args)))
         self.n_bad += n_bad
+        for e in reversed(events):  # where a cut-off file stops: its last complete event (file order)
+            if e.ph == "X" and e.ts is not None:
+                self.last_x = (_num(e.ts), e.tid, e.cat)
+                break
         self.has_gpu = has_gpu
         if gts:
             self.g.append(tuple(_arr(v, t) for v, t in zip(
@@ -1117,6 +1127,24 @@ class _Collector:
                 "tid": self.tid_int[np.array([x[2] for x in spans], dtype=np.int64)],
                 "name": [x[3] for x in spans]})
         return trace
+
+    def cut_point(self) -> dict:
+        """Where a cut-off file stopped: the start (local ns) and thread of its last complete event, and the
+        threads its metadata names that left no event (their part of the file came after the cut: lost whole).
+
+        Kineto writes events thread by thread, each in time order (the metadata first), so on the cut thread
+        nothing after that start was kept. Empty when the last event is the profiler's own span (only the
+        file's tail was lost).
+        """
+        if self.last_x is None or self.last_x[2] == "Trace" or not -9e15 < self.last_x[0] < 9e15:
+            return {}
+        ts, tid, _ = self.last_x
+        seen = set(self.tid_code)
+        for part in self.g:
+            seen.update(int(x) for x in np.unique(part[5]))
+        lost = [t for t in self.thread_order if t.__class__ is int and t not in seen]
+        return {"cut_at_ns": int(self._ns(np.array([ts]), np.zeros(1))[0][0]),
+                "cut_tid": tid if tid.__class__ is int else -1, "lost_tids": lost}
 
     def _ns(self, ts: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         start = _to_ns(np.asarray(ts, dtype=np.float64)) + self.base_ns

@@ -31,17 +31,39 @@ def unreadable(ctx: Context) -> Iterator[Finding]:
 
 
 @rule("INPUT002", "Input files were cut off and salvaged", "info",
-      confirm="The file's message says how many bytes/events were recovered.",
+      confirm="The file's message says how many bytes/events were recovered; the report's ranks[].cut says "
+              "where the trace stopped, which threads it lost and which steps were left out.",
       fix="Nothing to do unless the missing tail matters: let the profiler finish writing (stop the job after "
           "prof.stop() / export_chrome_trace returns).")
 def salvaged(ctx: Context) -> Iterator[Finding]:
-    """Some traces were truncated (killed mid-write) and only their readable part was analysed."""
+    """Some traces were truncated (killed mid-write) and only their readable part was analysed.
+
+    A trace is written thread by thread, so the cut loses the rest of the thread it fell in and every
+    thread written after it: the step at the cut and the later ones are left out of the metrics, and every
+    step when a whole thread was lost (analyzer/load/damage.py); the evidence says which, per rank.
+    """
     bad = _files(ctx, "salvaged")
-    if bad:
-        yield Finding(title=f"{len(bad)} truncated file(s) were salvaged (partial data)", confidence=1.0,
-                      evidence=[Evidence(f"{f.get('path')}: {f.get('message')}", f.get("path"), None)
-                                for f in bad[:10]],
-                      subject=Subject(ranks=sorted({int(f['rank']) for f in bad if f.get("rank") is not None})))
+    if not bad:
+        return
+    ev = [Evidence(f"{f.get('path')}: {f.get('message')}", f.get("path"), None) for f in bad[:10]]
+    for r in ctx.report.get("ranks") or []:
+        cut = r.get("cut") or {}
+        if not cut:
+            continue
+        by_reason: dict[str, list] = {}
+        for x in cut.get("excluded_steps") or []:
+            by_reason.setdefault(x["reason"], []).append(x["step"])
+        lost = cut.get("lost_steps") or []
+        parts = [f"step{'s' if len(v) > 1 else ''} {', '.join(map(str, v))} ({k})" for k, v in by_reason.items()]
+        text = f"rank {r.get('rank')}: left out of the metrics: " + "; ".join(parts) if parts else \
+            f"rank {r.get('rank')}: no step left out"
+        if lost:
+            text += f"; step{'s' if len(lost) > 1 else ''} {', '.join(map(str, lost))} of the other ranks lost"
+        if cut.get("lost_threads"):
+            text += "; its collectives are left out of the cross-rank matching (a whole thread was lost)"
+        ev.append(Evidence(text))
+    yield Finding(title=f"{len(bad)} truncated file(s) were salvaged (partial data)", confidence=1.0,
+                  evidence=ev, subject=Subject(ranks=sorted({int(f['rank']) for f in bad if f.get("rank") is not None})))
 
 
 @rule("INPUT003", "Ranks missing from the inputs", "info",
@@ -129,3 +151,42 @@ def several_jobs(ctx: Context) -> Iterator[Finding]:
     ev.append(Evidence(f"told apart by {', '.join(told)}; choose another with --job LABEL or --job NUMBER"))
     yield Finding(title=f"The inputs hold {len(jobs)} jobs; only {sel.get('label')} was analysed", confidence=0.9,
                   evidence=ev)
+
+
+#: Process-group backends that run their collectives on an accelerator (NCCL/RCCL on GPUs, XCCL on Intel
+#: GPUs, HCCL on Ascend NPUs).
+_DEVICE_BACKENDS = ("nccl", "rccl", "xccl", "hccl")
+
+
+@rule("INPUT006", "GPU job traced without its GPU activity", "warning",
+      confirm="The trace's header says `distributedInfo.backend: nccl` (or lists GPUs in `deviceProperties`) but "
+              "it holds no kernel, memcpy, memset or CUDA runtime event: the profiler recorded the CPU only.",
+      fix="Profile the GPU too: torch.profiler.profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], "
+          "…) (or leave `activities` unset); check that CUPTI is available in the container (libcupti on the "
+          "library path, not disabled by the driver / NVreg_RestrictProfilingToAdminUsers).")
+def gpu_not_recorded(ctx: Context) -> Iterator[Finding]:
+    """The job ran on GPUs but its traces hold only CPU events: the GPU side was not recorded.
+
+    Detected per rank from the header: a collective backend that runs on the accelerator (nccl, rccl, xccl,
+    hccl; warning) or GPUs in `deviceProperties` with another backend (info: a CPU job on a GPU host looks
+    the same), and no GPU event at all. Compute, communication, overlap and idle are then measured on CPU
+    operators (their launch cost, not the kernels' time), so no GPU-side number in the report describes the
+    job; cross-rank order and counts of collectives still hold.
+    """
+    rows = [r for r in ctx.report.get("ranks") or [] if r.get("device_type") == "cpu"]
+    nccl = [r for r in rows if any(b in str(r.get("backend") or "").lower() for b in _DEVICE_BACKENDS)]
+    gpus = [r for r in rows if r.get("gpu")]
+    hit = nccl or gpus
+    if not hit:
+        return
+    first = hit[0]
+    said = [f"backend {first.get('backend')}"] + ([f"GPU {first.get('gpu')}"] if first.get("gpu") else [])
+    ev = [Evidence(f"{ranks_text([int(r['rank']) for r in hit])}: {', '.join(said)} in the header, but no GPU "
+                   "event (kernel, memcpy, memset, CUDA runtime) in the trace", first.get("file"), None),
+          Evidence("the metrics below are CPU-side: compute is CPU operator time, communication and overlap "
+                   "cover only what the CPU recorded")]
+    yield Finding(title=f"The GPU side was not recorded: {ranks_text([int(r['rank']) for r in hit])} of a "
+                        f"{'GPU (' + str(first.get('backend')) + ')' if nccl else 'GPU host'} job traced "
+                        "without GPU activity",
+                  severity="warning" if nccl else "info", confidence=0.95 if nccl else 0.5,
+                  evidence=ev, subject=Subject(ranks=sorted(int(r["rank"]) for r in hit)))

@@ -31,7 +31,7 @@ DEFAULTS: dict[str, Any] = {
     },
     "schedule": {
         "kind": "ddp", "microbatches": 1, "virtual_stages": 1, "bucket_mb": 25.0, "overlap": True,
-        "tp_comm": "allreduce", "moe": False, "moe_experts_us": 300.0,
+        "tp_comm": "allreduce", "tp_overlap": 0, "moe": False, "moe_experts_us": 300.0,
     },
     "steps": 3,
     "first_step": 5,

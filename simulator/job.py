@@ -230,7 +230,8 @@ def expected(job: Job, files: dict, watchdog: dict) -> dict:
         "parallel": {k: cfg["parallel"][k] for k in ("tp", "pp", "dp", "ep", "order")},
         "rank_coords": [{k: c[k] for k in ("tp", "dp", "pp")} for c in topo.coords],
         "schedule": {k: cfg["schedule"][k] for k in ("kind", "microbatches", "virtual_stages", "bucket_mb", "overlap",
-                                                     "tp_comm", "moe")},
+                                                     "tp_comm", "moe") + (("tp_overlap",) if cfg["schedule"].get("tp_overlap")
+                                                                          else ())},
         "nccl_version": cfg["nccl"]["version"], "trace_format": cfg["trace"]["format"],
         "network": cfg["network"]["inter"], "socket_ifname": cfg["nccl"]["socket_ifname"],
         "time_unit": "ns", "clock_convention": CONVENTION,

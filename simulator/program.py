@@ -110,19 +110,49 @@ class Builder:
             ops.append(("w", c))
         return c
 
-    def _tp(self, ops, rank, kind):
+    def _tp(self, ops, rank, kind, chunks=1, wait=True):
+        """The TP collective before (pre) or after (post) a kernel; one of ``chunks`` pieces of it."""
         tp = self.cfg["parallel"]["tp"]
         if tp < 2:
-            return
+            return None
         g = self.topo.group_of("tp", rank)
         n = self.m["activation_elems"]
         if self.cfg["schedule"]["tp_comm"] == "sp":
             op, i, o = ("allgather", n // tp, n) if kind == "pre" else ("reducescatter", n, n // tp)
         else:
             if kind == "pre":
-                return
+                return None
             op, i, o = "allreduce", n, n
-        self._coll(ops, g, op, i, o, self.m["dtype"], True, True)
+        return self._coll(ops, g, op, i // chunks, o // chunks, self.m["dtype"], True, wait)
+
+    def _tp_k(self, ops, rank, name, dur, tag, pre: bool, post: bool):
+        """A compute kernel with the TP collective before it (``pre``: sequence-parallel all-gather) and after
+        it (``post``: all-reduce / reduce-scatter), blocking — or, with ``schedule.tp_overlap`` = k ≥ 2, as
+        comm-GEMM overlap (TransformerEngine / async TP): the kernel and its collectives split in k chunks, the
+        all-gather of chunk j+1 running under kernel chunk j and the reduce of chunk j under chunk j+1 (the
+        first gather and the last reduce stay exposed)."""
+        k = int(self.cfg["schedule"].get("tp_overlap") or 0)
+        if k < 2 or self.cfg["parallel"]["tp"] < 2:
+            if pre:
+                self._tp(ops, rank, "pre")
+            ops.append(("k", name, dur, tag))
+            if post:
+                self._tp(ops, rank, "post")
+            return
+        pieces = [dur // k] * (k - 1) + [dur - (dur // k) * (k - 1)]
+        gather = pre and self.cfg["schedule"]["tp_comm"] == "sp"
+        if gather:
+            self._tp(ops, rank, "pre", k, True)
+        reduces = []
+        for j, d in enumerate(pieces):
+            nxt = self._tp(ops, rank, "pre", k, False) if gather and j + 1 < k else None
+            ops.append(("k", name, d, tag))
+            if post:
+                reduces.append(self._tp(ops, rank, "post", k, False))
+            if nxt is not None:
+                ops.append(("w", nxt))
+        for c in reduces:
+            ops.append(("w", c))
 
     def _moe(self, ops, rank, step, us, fwd):
         if not self.cfg["schedule"]["moe"] or self.cfg["parallel"]["ep"] < 2:
@@ -138,25 +168,17 @@ class Builder:
 
     def layer_fwd(self, ops, rank, step, tag=None):
         f = self.m["fwd_us"]
-        self._tp(ops, rank, "pre")
-        ops.append(("k", GEMM_F, self.dur(rank, step, f * 0.3), tag))
-        ops.append(("k", ATTN_F, self.dur(rank, step, f * 0.3), tag))
-        self._tp(ops, rank, "post")
+        self._tp_k(ops, rank, GEMM_F, self.dur(rank, step, f * 0.3), tag, True, False)
+        self._tp_k(ops, rank, ATTN_F, self.dur(rank, step, f * 0.3), tag, False, True)
         self._moe(ops, rank, step, f, True)
-        self._tp(ops, rank, "pre")
-        ops.append(("k", GEMM_F, self.dur(rank, step, f * 0.4), tag))
-        self._tp(ops, rank, "post")
+        self._tp_k(ops, rank, GEMM_F, self.dur(rank, step, f * 0.4), tag, True, True)
 
     def layer_bwd(self, ops, rank, step, tag=None):
         b = self.m["bwd_us"]
-        self._tp(ops, rank, "pre")
-        ops.append(("k", GEMM_B, self.dur(rank, step, b * 0.4), tag))
-        self._tp(ops, rank, "post")
+        self._tp_k(ops, rank, GEMM_B, self.dur(rank, step, b * 0.4), tag, True, True)
         self._moe(ops, rank, step, b, False)
-        self._tp(ops, rank, "pre")
-        ops.append(("k", ATTN_B, self.dur(rank, step, b * 0.3), tag))
-        ops.append(("k", GEMM_B, self.dur(rank, step, b * 0.3), tag))
-        self._tp(ops, rank, "post")
+        self._tp_k(ops, rank, ATTN_B, self.dur(rank, step, b * 0.3), tag, True, False)
+        self._tp_k(ops, rank, GEMM_B, self.dur(rank, step, b * 0.3), tag, False, True)
 
     def loss(self, ops, rank, step, tag):
         us = self.m["loss_us"]

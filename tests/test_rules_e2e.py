@@ -25,7 +25,7 @@ PERF_KINDS = {"data_loader_stall": "LOAD003", "slow_link": "NET004", "moe_imbala
 # real-cpu/pp-*: 4 stages computing on 2 shared cores time-slice (fixtures/real-cpu/README.md, "Noise"): their
 # bubble really is above theory (+27 / +11 points over stage 0's window); PIPE001 names the heavy stage (GPipe) or
 # says the stages work alike and the idle is waiting (1F1B)
-ALLOWED = {"ddp_64_clean": {"COMM001"}, "real-cpu/pp-gpipe": {"PIPE001"}, "real-cpu/pp-1f1b": {"PIPE001"},
+ALLOWED = {"real-cpu/pp-gpipe": {"PIPE001"}, "real-cpu/pp-1f1b": {"PIPE001"},
            "corpus/hta-trace_filter": {"LOAD003"}, "corpus/param-dlrm_kineto": {"LOAD003"},
            "corpus/hta-single_rank/df_index_resolver": {"LOAD003"},
            "corpus/hta-single_rank/nccl_parser_config": {"LOAD003"},
@@ -96,6 +96,20 @@ def _loud(rep: dict) -> set[str]:
 def test_clean_simulation_has_no_false_warning(name):
     rep = report(f"fixtures/sim/{name}")
     assert _loud(rep) <= ALLOWED.get(name, set()), [(f["id"], f["title"]) for f in rep["findings"]]
+
+
+#: simulated clean jobs and the healthy ranges they must sit in: (overlap coverage ≥, comm share ≤)
+HEALTHY = {"ddp_clean": (0.9, 0.1), "ddp_clean_old_format": (0.9, 0.1), "ddp_64_clean": (0.9, 0.1),
+           "fsdp_clean": (0.9, 0.1), "tp_dp_clean": (0.6, 0.3), "tp_sp_dp_clean": (0.6, 0.3)}
+
+
+@pytest.mark.parametrize("name", sorted(HEALTHY))
+def test_clean_simulations_overlap_like_healthy_jobs(name):
+    """DP ≥ 90 % overlap and ≤ 10 % comm share; TP (comm-GEMM overlap) ≥ 60 % and ≤ 30 % (docs/simulator.md)."""
+    s = report(f"fixtures/sim/{name}")["job"]["summary"]
+    lo, hi = HEALTHY[name]
+    assert s["overlap_coverage"] >= lo and s["comm_share"] <= hi, s
+    assert "COMM001" not in {f["id"] for f in report(f"fixtures/sim/{name}")["findings"]}
 
 
 REAL = ["real-cpu/ddp-clean", "real-cpu/pp-gpipe", "real-cpu/pp-1f1b", "corpus/hta-trace_filter",

@@ -50,8 +50,8 @@ def ids(rep: dict, **cfg) -> list[str]:
     return out
 
 
-def first(rep: dict):
-    return collect_findings(rep, strict=True)[0]
+def first(rep: dict, **cfg):
+    return collect_findings(rep, RuleConfig(**cfg), strict=True)[0]
 
 
 def test_clean_job_has_no_findings():
@@ -259,24 +259,38 @@ def test_pipe001_names_the_stage_that_works_most():
     assert any("the stages work alike" in e.text for e in f.evidence)
 
 
-def _straggler(rank=2, pct_last=0.9, delay_share=0.2, **s):
+def _straggler(rank=2, pct_last=0.9, delay_share=0.2, holdup_share=0.95, **s):
     rep = base()
     st = rep["cross_rank"]["stragglers"]
-    st.update(straggler=rank, confidence=0.9, attribution="compute", **s)
+    st.update({"straggler": rank, "confidence": 0.9, "attribution": "compute", **s})
     for r in st["per_rank"]:
+        r.update(n_decided=9, delay_share=0.0, holdup_share=0.0, delay_per_step_us=0.0, steps_held=0)
         if r["rank"] == rank:
-            r.update(pct_last=pct_last, delay_share=delay_share, wait_imposed_us=6000.0)
+            r.update(pct_last=pct_last, delay_share=delay_share, holdup_share=holdup_share, steps_held=3,
+                     delay_per_step_us=delay_share * 10000.0, wait_imposed_us=6000.0)
     return rep
 
 
 def test_straggler():
     f = first(_straggler())
     assert (f.id, f.subject.ranks, f.subject.process_group, f.cost) == ("LOAD001", [2], "0", 0.2)
-    assert ids(_straggler(pct_last=0.5)) == []                            # not last often enough
-    assert ids(_straggler(delay_share=0.01)) == []                        # immaterial
+    assert f.confidence == 0.9                                            # the section's, for the rank it names
+    assert ids(_straggler(pct_last=0.4)) == ["LOAD001"]                   # arrival counts only support
+    assert ids(_straggler(pct_last=0.4), thresholds={"straggler_pct_last": 0.5}) == []  # … unless asked
+    assert ids(_straggler(delay_share=0.04)) == []                        # immaterial (< 5 % of the step)
+    assert ids(_straggler(holdup_share=0.6)) == []                        # others hold up the job as much
+    f = first(_straggler(delay_share=0.04), thresholds={"straggler_cost_min": 0.03})
+    assert f.subject.ranks == [2] and f.cost == 0.04
     rep = _straggler()
     rep["cross_rank"]["alignment"]["status"] = "refused"
     assert ids(rep) == ["CLOCK001"]                                       # arrival order on unaligned clocks
+
+
+def test_straggler_not_named_by_the_section_gets_its_own_confidence():
+    rep = _straggler(straggler=None, delay_share=0.1, holdup_share=0.875)
+    f = first(rep)
+    # margins: delay 0.1 / (2 × 0.05) → 1, share (0.875 − 0.75) / 0.25 → 0.5; held in 3 of 3 steps
+    assert f.subject.ranks == [2] and f.confidence == 0.75 and f.extra["attribution"] == "unknown"
 
 
 def test_straggler_absorbs_spread_and_comm():
@@ -300,6 +314,7 @@ def test_compute_straggler_without_cross_rank_stragglers():
 
 def test_step_spread_persistent_vs_jitter():
     rep = base()
+    rep["cross_rank"]["stragglers"] = {}  # no cross-rank data: the slowest rank is the one with the longest step
     rep["cross_rank"]["step_spread"] = [dict(step=s, min_us=9000, median_us=9500, max_us=10500, spread=0.16,
                                              slowest_rank=3) for s in (1, 2, 3)]
     f = first(rep)
@@ -307,6 +322,18 @@ def test_step_spread_persistent_vs_jitter():
     for i, row in enumerate(rep["cross_rank"]["step_spread"]):
         row["slowest_rank"] = i
     assert (first(rep).id, first(rep).severity) == ("LOAD002", "info")
+
+
+def test_step_spread_agrees_with_the_straggler():
+    """With cross-rank data a persistent slowest rank is a warning only when it is the straggler LOAD001 names."""
+    spread = [dict(step=s, min_us=9000, median_us=9500, max_us=10500, spread=0.16, slowest_rank=3) for s in (1, 2, 3)]
+    rep = base()
+    rep["cross_rank"]["step_spread"] = spread
+    assert (first(rep).id, first(rep).severity) == ("LOAD002", "info")   # rank 3 holds nobody up
+    rep = _straggler(rank=3)
+    rep["cross_rank"]["step_spread"] = spread
+    f = first(rep)
+    assert f.id == "LOAD001" and [(c["id"], c["severity"]) for c in f.consequences] == [("LOAD002", "warning")]
 
 
 def test_host_stall():

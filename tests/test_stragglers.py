@@ -56,3 +56,78 @@ def test_link_difference_from_nccl_logs():
     assert link_difference(logs, 3) is None                  # rank 3 is like the others
     assert link_difference([log(r, "IB", "NET/IB") for r in range(4)], 1) is None
     assert link_difference([], 1) is None
+
+
+def _job(compute: dict, steps=(1, 2), step_ns=1_000_000, ranks=(0, 1, 2)):
+    """A stand-in job: per-rank compute intervals (ns) and step metrics of `step_ns` per step."""
+    from types import SimpleNamespace
+
+    traces = {r: SimpleNamespace(activity=pd.DataFrame({
+        "start": [a for a, _ in compute.get(r, [])], "end": [b for _, b in compute.get(r, [])],
+        "kind": ["compute"] * len(compute.get(r, []))}), steps=pd.DataFrame({"step": [], "start": [], "end": []}))
+        for r in ranks}
+    sm = pd.DataFrame([{"rank": r, "step": s, "step_time_ns": step_ns, "compute_ns": 0} for r in ranks for s in steps])
+    return SimpleNamespace(traces=traces, cache={}, step_metrics=sm, nccl_logs=[])
+
+
+def _held(rows):
+    """Instance and member tables from (step, group, {rank: start}) rows (aligned = local clocks)."""
+    inst, mem = [], []
+    for i, (step, pg, starts) in enumerate(rows):
+        order = sorted(starts, key=starts.get)
+        last, second = order[-1], order[-2]
+        inst.append({"instance": i, "kind": "collective", "process_group": pg, "step": step,
+                     "n_members": len(starts), "group_size": len(starts), "last_rank": last,
+                     "start_max": starts[last], "last_delay_ns": starts[last] - starts[second],
+                     "total_wait_ns": sum(starts[last] - v for v in starts.values())})
+        mem += [{"iid": i, "rank": r, "start": v, "end": starts[last] + 1000, "wait_ns": starts[last] - v}
+                for r, v in starts.items()]
+    return pd.DataFrame(inst), pd.DataFrame(mem)
+
+
+def test_delay_is_the_longest_hold_up_or_the_exposed_wait():
+    """Persisting lateness over overlapped collectives counts once; blocking ones add up (exposed wait)."""
+    from analyzer.cross_rank.stragglers import step_delays
+    # step 1: rank 2 late by 100 µs at two overlapped buckets while the others compute (DDP-like)
+    # step 2: rank 2 late by 30 µs at three collectives while the others sit idle (TP-like, blocking)
+    inst, mem = _held([(1, "0", {0: 0, 1: 10_000, 2: 110_000}), (1, "0", {0: 200_000, 1: 210_000, 2: 310_000}),
+                       (2, "0", {0: 1_000_000, 1: 1_000_000, 2: 1_030_000}),
+                       (2, "0", {0: 1_100_000, 1: 1_100_000, 2: 1_130_000}),
+                       (2, "0", {0: 1_200_000, 1: 1_200_000, 2: 1_230_000})])
+    busy = [(0, 400_000)]  # ranks 0 and 1 compute through step 1, not in step 2
+    d = step_delays(_job({0: busy, 1: busy}), inst, mem).set_index(["rank", "step"])
+    assert d.loc[(2, 1), "longest_ns"] == 100_000 and d.loc[(2, 1), "exposed_ns"] == 0
+    assert d.loc[(2, 1), "delay_ns"] == 100_000
+    assert d.loc[(2, 2), "longest_ns"] == 30_000 and d.loc[(2, 2), "exposed_ns"] == 90_000
+    assert d.loc[(2, 2), "delay_ns"] == 90_000
+
+
+def test_straggler_needs_material_delay_and_most_of_its_groups_waiting():
+    from analyzer.cross_rank.stragglers import analyse
+    # rank 2 holds up each step by 100 µs (10 % of a 1 ms step); rank 1 once by 20 µs
+    rows = [(1, "0", {0: 0, 1: 0, 2: 100_000}), (2, "0", {0: 1_000_000, 1: 1_000_000, 2: 1_100_000}),
+            (2, "0", {0: 1_500_000, 1: 1_520_000, 2: 1_500_000})]
+    inst, mem = _held(rows)
+    out = analyse(_job({}), inst, mem)
+    per = {r["rank"]: r for r in out["per_rank"]}
+    assert per[2]["delay_share"] == 0.1 and per[2]["holdup_share"] == 200_000 / 220_000
+    assert per[2]["delay_per_step_us"] == 100.0 and per[2]["steps_held"] == 2
+    assert out["straggler"] == 2 and out["attribution"] == "unknown"
+    assert out["per_step"] == [
+        {"step": 1, "slowest_rank": 2, "delay_us": 100.0, "material": True, "last_arrivals": {"2": 1}},
+        {"step": 2, "slowest_rank": 2, "delay_us": 100.0, "material": True, "last_arrivals": {"2": 1, "1": 1}}]
+    inst, mem = _held(rows[:2])
+    assert analyse(_job({}), inst, mem)["straggler"] is None  # 2 decided collectives: too few to say
+    # the same delay spread over two ranks: neither makes most of the waiting
+    inst, mem = _held([(1, "0", {0: 0, 1: 0, 2: 100_000}), (2, "0", {0: 1_000_000, 1: 1_100_000, 2: 1_000_000})] * 3)
+    assert analyse(_job({}), inst, mem)["straggler"] is None
+
+
+def test_hold_up_share_is_per_group():
+    """A rank that slows its TP partner owns that group's waiting though its slowed replica holds up DP groups too."""
+    from analyzer.cross_rank.stragglers import holdup_shares, step_delays
+    rows = [(1, "tp", {0: 0, 1: 50_000}), (1, "tp", {0: 100_000, 1: 150_000}),
+            (1, "dp", {1: 500_000, 3: 400_000}), (1, "dp2", {0: 500_000, 2: 400_000})]
+    inst, mem = _held(rows)
+    sh = holdup_shares(step_delays(_job({}, ranks=(0, 1, 2, 3)), inst, mem, by_group=True))
+    assert sh[1] == 1.0 and sh[0] == 1.0  # rank 1 owns the tp group's waiting, rank 0 its dp group's

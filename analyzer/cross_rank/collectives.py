@@ -46,10 +46,18 @@ _LONG_COLUMNS = ["rank", "start", "end", "stream", "op", "in_nelems", "out_nelem
 
 
 def gather(job: Any) -> pd.DataFrame:
-    """Every rank's comm rows in one table (rank column added; times still on each rank's own clock)."""
+    """Every rank's comm rows in one table (rank column added; times still on each rank's own clock).
+
+    A trace cut off mid-write gives only its rows before the cut, and none when the cut lost a whole thread
+    (its collectives are then an unknown subset: analyzer/load/damage.py).
+    """
     frames = []
+    damage = getattr(job, "damage", None) or {}
     for r, t in job.traces.items():
         c = t.collectives
+        d = damage.get(r)
+        if d is not None and c is not None and len(c):
+            c = c[c["start"].to_numpy() < d.cut_at_ns] if d.collectives_trusted() else c.iloc[:0]
         if c is None or not len(c):
             continue
         df = c.reindex(columns=[k for k in _LONG_COLUMNS if k not in ("rank", "device_type")]).copy()

@@ -6,7 +6,7 @@ table on the aligned clock → stragglers, roles, pipeline, job summary. See doc
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import numpy as np
@@ -14,10 +14,12 @@ import pandas as pd
 
 from analyzer.cross_rank import align as al_mod
 from analyzer.cross_rank import collectives as co
+from analyzer.cross_rank import desync as ds
 from analyzer.cross_rank import pipeline as pl
 from analyzer.cross_rank import stragglers as sg
 from analyzer.load.job import Job
 from analyzer.cross_rank.topology import Hosts, declared_groups, group_span, infer_role, resolve_hosts
+from analyzer.rank import intervals as iv
 
 #: Unlabelled send/recv pair when their aligned ends are this close (plus 5× the alignment residual).
 PEER_TOLERANCE_NS = 50_000
@@ -35,6 +37,7 @@ class CrossRank:
     match_method: str
     unmatched_rows: int
     groups: dict
+    desync: list = field(default_factory=list)  # collectives one rank lacks / adds / reorders (desync.py)
 
 
 def _next_id(obs: pd.DataFrame) -> int:
@@ -66,10 +69,10 @@ def _analyse(job: Job, gpus_per_node: Optional[int]) -> CrossRank:
         return CrossRank(hosts, al, pd.DataFrame(), _empty_members(), {}, "none", 0, declared)
     keys = co.assign_keys(long, declared)
     coll = co.collective_sequences(long)
-    coll_key = pd.MultiIndex.from_arrays([coll["process_group"], coll["seq"]])
-    coll = coll.assign(obs=pd.factorize(coll_key)[0])
-    obs = coll[["obs", "rank", "end"]].rename(columns={"end": "t"})
-    al = al_mod.estimate(obs, ranks, domain_of)
+    coll, obs, al = _align_collectives(coll, ranks, domain_of)
+    coll, desyncs, changed = ds.realign(coll, job, al.offset_of if al.status == "ok" else None)
+    if changed:  # a rank lacked (or added) collectives: match and align again on the corrected order
+        coll, obs, al = _align_collectives(coll, ranks, domain_of)
 
     p2p = co.p2p_rows(long)
     if len(p2p):
@@ -121,7 +124,15 @@ def _analyse(job: Job, gpus_per_node: Optional[int]) -> CrossRank:
     mem = mem[keep]
     inst, members = co.instance_frame(mem, hosts.rank_to_host if hosts.known else {}, expected)
     unmatched += int((~inst["complete"]).sum())
-    return CrossRank(hosts, al, inst, members, expected, keys.method, unmatched, declared)
+    return CrossRank(hosts, al, inst, members, expected, keys.method, unmatched, declared, desyncs)
+
+
+def _align_collectives(coll: pd.DataFrame, ranks: list[int], domain_of: dict) -> tuple:
+    """Observation ids per (group, seq), the observations and the clock offsets they give."""
+    coll_key = pd.MultiIndex.from_arrays([coll["process_group"], coll["seq"]])
+    coll = coll.assign(obs=pd.factorize(coll_key)[0])
+    obs = coll[["obs", "rank", "end"]].rename(columns={"end": "t"})
+    return coll, obs, al_mod.estimate(obs, ranks, domain_of)
 
 
 def group_order(name: object) -> tuple:
@@ -172,10 +183,7 @@ def _first_positions(job: Job, cr: CrossRank) -> dict:
     rows = []
     for r, g in first.groupby("rank"):
         t = job.traces[r]
-        a = t.activity
-        comp = a[a["kind"].to_numpy() == "compute"]
-        from analyzer.rank import intervals as iv
-        u = iv.union(comp["start"].to_numpy(), comp["end"].to_numpy())
+        u = sg.compute_union(job, int(r))
         st = t.steps.set_index("step")
         ws = st.loc[g["step"], "start"].to_numpy()
         we = st.loc[g["step"], "end"].to_numpy()
@@ -250,7 +258,7 @@ def cross_rank_section(job: Job, gpus_per_node: Optional[int] = None) -> dict:
             "p2p_pairs": int((inst["kind"] == "p2p").sum()), "by_group_op": by,
             "per_rank_wait": [{"rank": int(r), "total_wait_us": float(w["sum"]) / 1e3,
                                "mean_wait_us": float(w["mean"]) / 1e3} for r, w in wait.iterrows()]}
-        section["stragglers"] = sg.analyse(job, inst, mem)
+        section["stragglers"] = sg.analyse(job, inst, mem, cr.alignment.offset_of)
         section["pipeline"] = pl.analyse(job, inst, mem, cr.alignment.offset_of)
     else:
         section["collectives"] = {"instances": 0, "matched": 0, "unmatched": 0, "match_method": cr.match_method,
@@ -258,7 +266,9 @@ def cross_rank_section(job: Job, gpus_per_node: Optional[int] = None) -> dict:
         section["stragglers"] = {"per_rank": [], "straggler": None, "confidence": 0.0, "attribution": "unknown",
                                  "evidence": "no collectives", "per_step": []}
         section["pipeline"] = pl.analyse(job, inst, mem, cr.alignment.offset_of)
-    section["step_spread"] = sg.step_spread(job.step_metrics)
+    waited = {x["step"]: x["slowest_rank"] for x in section["stragglers"].get("per_step") or [] if x.get("material")}
+    section["step_spread"] = sg.step_spread(job.step_metrics, waited)
+    section["desync"] = cr.desync
     section["summary"] = _summary(job, cr, section)
     return section
 
@@ -277,11 +287,13 @@ def _summary(job: Job, cr: CrossRank, section: dict) -> dict:
     crit = []
     if len(inst):
         ci = inst[(inst["kind"] == "collective") & (inst["last_delay_ns"] > sg.TIE_NS)]
-        for step, g in ci.groupby("step", sort=True):
-            by = g.groupby("last_rank")["last_delay_ns"].sum()
-            r = int(by.idxmax())
-            worst = g[g["last_rank"] == r].sort_values("last_delay_ns").iloc[-1]
-            crit.append({"step": int(step), "rank": r, "delay_us": float(by.max()) / 1e3,
+        for x in (section.get("stragglers") or {}).get("per_step") or []:  # the rank each step waited for
+            r = int(x["slowest_rank"])
+            g = ci[(ci["step"] == x["step"]) & (ci["last_rank"] == r)]
+            if not len(g):
+                continue
+            worst = g.sort_values("last_delay_ns").iloc[-1]
+            crit.append({"step": int(x["step"]), "rank": r, "delay_us": float(x["delay_us"]),
                          "where": f"{worst['op']} #{int(worst['seq'])} on process group {worst['process_group']}: "
                                   f"the others waited {worst['last_delay_ns'] / 1e3:.1f} µs for rank {r}"})
     exposed = float(sm["exposed_comm_ns"].sum()) / step_total if step_total and step_total > 0 else None

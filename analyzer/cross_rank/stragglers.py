@@ -1,11 +1,17 @@
-"""Who the job waits for: arrived-last counts, wait imposed, step-time spread, and why the straggler is slow.
+"""Who the job waits for: how long each rank alone held the others up, the waits it imposed, step spread, why.
 
-A rank is named the straggler only when both hold (so a clean job names none):
-- it arrives last (later than the second-latest member by more than ``TIE_NS``) in a clear majority of the
-  collectives it joins that have a clear last arrival (at least 3 of them): ``pct_last >= 0.5 + 0.5 / n`` (n = mean group size; 0.75 for pairs, 0.625 for 4 ranks);
-- the delay it alone causes (its start − the second-latest start, summed) is material: at least
-  ``MATERIAL_SHARE`` of the median step time per step.
-Send/recv are left out: in a pipeline the receiver waiting for the sender is the schedule, not a straggler.
+A collective instance with a clear last arrival (later than the second-latest member by more than ``TIE_NS``)
+was held up by its last member alone over [second-latest start, its start]. Per rank and step:
+- ``longest``: its longest such hold-up in the step (lateness that persists over several overlapped collectives,
+  e.g. DDP buckets, is counted once);
+- ``exposed``: the median over the other members of the time inside its hold-ups during which they ran no
+  compute (blocking collectives, e.g. tensor-parallel ones, add up here);
+- the delay it caused the step = the larger of the two.
+``delay_share`` is its mean delay per step over the median step time; ``holdup_share`` its part of all ranks'
+delays. A rank is named the straggler when its delay share is at least ``MATERIAL_SHARE`` and its hold-up
+share at least ``SHARE_MIN`` (the job waits for it, not for whoever the noise makes late), over at least 3
+decided collectives. Arrival counts (times last) are supporting evidence only. Send/recv are left out: in a
+pipeline the receiver waiting for the sender is the schedule, not a straggler.
 """
 from __future__ import annotations
 
@@ -14,8 +20,13 @@ from typing import Any, Optional
 import numpy as np
 import pandas as pd
 
+from analyzer.rank import intervals as iv
+
 TIE_NS = 1_000
-MATERIAL_SHARE = 0.02
+#: Delay a straggler must cause, as a share of the median step (tuned on the real CPU runs, docs/cross-rank.md).
+MATERIAL_SHARE = 0.05
+#: Part of all ranks' hold-up delay a straggler must cause.
+SHARE_MIN = 0.75
 #: Attribution needs the rank's excess (compute or pre-kernel host gap) to explain this share of its delay.
 EXPLAINS = 0.25
 
@@ -84,25 +95,37 @@ def per_rank_stats(inst: pd.DataFrame, members: pd.DataFrame) -> pd.DataFrame:
                            kind="stable").reset_index(drop=True)
 
 
-def step_spread(step_metrics: pd.DataFrame) -> list[dict]:
-    """Per step across ranks: min/median/max step time, (max−min)/median, slowest and fastest rank."""
+def step_spread(step_metrics: pd.DataFrame, waited_for: Optional[dict] = None) -> list[dict]:
+    """Per step across ranks: min/median/max step time, (max−min)/median, slowest and fastest rank.
+
+    ``slowest_rank`` is the rank the step waited for (``waited_for``: step → rank, from the hold-ups) when the
+    cross-rank analysis found one, else the rank with the longest step; ``longest_rank`` is always the latter
+    (in synchronous training every rank's step lasts about as long, so the longest is mostly noise).
+    """
     sm = step_metrics
     if sm is None or not len(sm):
         return []
+    waited_for = waited_for or {}
     out = []
     for step, g in sm.groupby("step", sort=True):
         t = g["step_time_ns"].to_numpy()
         med = float(np.median(t))
+        longest = int(g["rank"].iloc[int(np.argmax(t))])
         out.append({"step": int(step), "min_us": float(t.min()) / 1e3, "median_us": med / 1e3,
                     "max_us": float(t.max()) / 1e3, "spread": (float(t.max() - t.min()) / med) if med > 0 else None,
-                    "slowest_rank": int(g["rank"].iloc[int(np.argmax(t))]),
+                    "slowest_rank": int(waited_for.get(int(step), longest)), "longest_rank": longest,
                     "fastest_rank": int(g["rank"].iloc[int(np.argmin(t))])})
     return out
 
 
 def first_activity_gap(job: Any) -> pd.DataFrame:
-    """Per rank and step: time from the step's start to its first device activity (host-side/data-loading gap)."""
+    """Per rank and step: time from the step's start to its first device activity (host-side/data-loading gap).
+
+    Only the steps the metrics keep (a cut-off trace's damaged steps are left out).
+    """
     rows = []
+    sm = job.step_metrics
+    kept = set(zip(sm["rank"], sm["step"])) if sm is not None and len(sm) else set()
     for r, t in job.traces.items():
         st, a = t.steps, t.activity
         if not len(st) or not len(a):
@@ -112,8 +135,8 @@ def first_activity_gap(job: Any) -> pd.DataFrame:
         ok = k < len(s)
         first = np.where(ok, s[np.minimum(k, len(s) - 1)], st["end"].to_numpy())
         first = np.minimum(first, st["end"].to_numpy())
-        rows.append(pd.DataFrame({"rank": r, "step": st["step"].to_numpy(),
-                                  "gap_ns": first - st["start"].to_numpy()}))
+        df = pd.DataFrame({"rank": r, "step": st["step"].to_numpy(), "gap_ns": first - st["start"].to_numpy()})
+        rows.append(df[[(r, int(x)) in kept for x in df["step"]]])
     return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame({"rank": [], "step": [], "gap_ns": []})
 
 
@@ -128,36 +151,147 @@ def _excess(df: pd.DataFrame, col: str, rank: int) -> float:
     return float(np.nanmedian((piv[rank] - others).to_numpy()))
 
 
-def analyse(job: Any, inst: pd.DataFrame, members: pd.DataFrame) -> dict:
-    """The `stragglers` section (docs/report-sections.md) plus internal numbers for the summary."""
+def compute_union(job: Any, rank: int) -> iv.Intervals:
+    """A rank's compute time as a normalised interval set on its own clock (cached on the job)."""
+    key = ("compute_union", rank)
+    if key not in job.cache:
+        a = job.traces[rank].activity
+        comp = a["kind"].to_numpy() == "compute"
+        job.cache[key] = iv.union(a["start"].to_numpy()[comp], a["end"].to_numpy()[comp])
+    return job.cache[key]
+
+
+def holdups(inst: pd.DataFrame) -> pd.DataFrame:
+    """Instances held up by one member: instance, process_group, step, rank (the last), lo (second-latest
+    start), hi (its start)."""
+    if inst is None or not len(inst):
+        return pd.DataFrame({"instance": [], "process_group": [], "step": [], "rank": [], "lo": [], "hi": []})
+    ci = inst[(inst["kind"] == "collective") & (inst["n_members"] >= 2) & (inst["last_delay_ns"] > TIE_NS)]
+    return pd.DataFrame({"instance": ci["instance"].to_numpy(), "process_group": ci["process_group"].to_numpy(),
+                         "step": ci["step"].to_numpy().astype(np.int64),
+                         "rank": ci["last_rank"].to_numpy().astype(np.int64),
+                         "lo": (ci["start_max"] - ci["last_delay_ns"]).to_numpy().astype(np.int64),
+                         "hi": ci["start_max"].to_numpy().astype(np.int64)})
+
+
+def _merge_windows(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Union of the [lo, hi) windows within each key: one row per merged block (keys, lo, hi)."""
+    df = df.sort_values(keys + ["lo"], kind="stable").reset_index(drop=True)
+    run = df.groupby(keys, sort=False)["hi"].cummax()
+    prev = run.groupby([df[k] for k in keys], sort=False).shift()
+    block = (prev.isna() | (df["lo"] > prev)).cumsum()
+    agg = {k: (k, "first") for k in keys}
+    return df.assign(hi=run).groupby(block.to_numpy(), sort=False).agg(**agg, lo=("lo", "min"), hi=("hi", "max"))
+
+
+def _exposed(job: Any, hold: pd.DataFrame, members: pd.DataFrame, offset_of: dict, keys: list[str]) -> pd.DataFrame:
+    """Per (keys…, member): time inside the holder's hold-ups when that member ran no compute (its own clock)."""
+    j = members[["iid", "rank"]].rename(columns={"iid": "instance", "rank": "member"}).merge(hold, on="instance")
+    j = j[j["member"] != j["rank"]]
+    if not len(j):
+        return pd.DataFrame({**{k: [] for k in keys}, "member": [], "exposed_ns": []})
+    ranks = np.unique(j["member"].to_numpy())
+    off = np.array([offset_of.get(int(r), 0) for r in ranks], dtype=np.int64)
+    pos = np.searchsorted(ranks, j["member"].to_numpy())
+    j = j.assign(lo=j["lo"].to_numpy() - off[pos], hi=j["hi"].to_numpy() - off[pos])
+    blocks = _merge_windows(j[keys + ["member", "lo", "hi"]], ["member"] + keys)
+    exposed = np.zeros(len(blocks), dtype=np.int64)
+    bm = blocks["member"].to_numpy()
+    lo, hi = blocks["lo"].to_numpy(), blocks["hi"].to_numpy()
+    for r in ranks:  # each member's compute on its own clock (vectorised within the rank)
+        sel = np.flatnonzero(bm == r)
+        if int(r) in job.traces:
+            exposed[sel] = (hi[sel] - lo[sel]) - iv.clipped_lengths(compute_union(job, int(r)), lo[sel], hi[sel])
+    blocks["exposed_ns"] = exposed
+    return blocks.groupby(keys + ["member"], as_index=False)["exposed_ns"].sum()
+
+
+def step_delays(job: Any, inst: pd.DataFrame, members: pd.DataFrame, offset_of: Optional[dict] = None,
+                by_group: bool = False) -> pd.DataFrame:
+    """Per (rank, step) — and process group with ``by_group`` — where it held the others up: longest_ns,
+    exposed_ns and delay_ns (the larger).
+
+    Outside every step window (step −1: traces without ProfilerStep, collectives between steps) only the
+    exposed part counts: a longest hold-up means nothing without a step to compare it with.
+    """
+    keys = ["rank", "process_group", "step"] if by_group else ["rank", "step"]
+    hold = holdups(inst)
+    if not len(hold):
+        return pd.DataFrame({**{k: [] for k in keys}, "longest_ns": [], "exposed_ns": [], "delay_ns": []})
+    longest = hold.assign(d=hold["hi"] - hold["lo"]).groupby(keys)["d"].max().rename("longest_ns")
+    ex = _exposed(job, hold, members, offset_of or {}, keys)
+    exposed = ex.groupby(keys)["exposed_ns"].median().rename("exposed_ns")
+    out = pd.concat([longest, exposed], axis=1).fillna(0).reset_index()
+    out["longest_ns"] = np.where(out["step"].to_numpy() < 0, 0, out["longest_ns"])
+    out["delay_ns"] = np.maximum(out["longest_ns"], out["exposed_ns"])
+    return out
+
+
+def holdup_shares(per_group: pd.DataFrame) -> pd.Series:
+    """Per rank: its share of all hold-up delay in the process group where it holds the others up most.
+
+    Per group, not job-wide: a rank slowing its tensor-parallel partner owns that group's waiting even when
+    the pipeline replica it slows then arrives late at every data-parallel all-reduce (each of those ranks
+    then holds up its DP group; the straggler is the one that also holds up most elsewhere).
+    """
+    if not len(per_group):
+        return pd.Series(dtype=float)
+    g = per_group.groupby(["rank", "process_group"])["delay_ns"].sum()
+    tot = g.groupby(level="process_group").transform("sum")
+    share = (g / tot.where(tot > 0)).fillna(0.0)
+    main = g.groupby(level="rank").idxmax()
+    return pd.Series(share.loc[list(main)].to_numpy(), index=main.index)
+
+
+def _median_step(job: Any, members: pd.DataFrame) -> tuple[float, int]:
+    """Median step time (ns; the traced span without steps) and the number of steps."""
+    sm = job.step_metrics
+    steps = sorted(s for s in sm["step"].unique() if s >= 0) if sm is not None and len(sm) else []
+    if steps:
+        return float(sm[sm["step"] >= 0].groupby("step")["step_time_ns"].median().median()), len(steps)
+    if sm is not None and len(sm):
+        return float(sm["step_time_ns"].median()), 1
+    return (float(members["end"].max() - members["start"].min()) if len(members) else float("nan")), 1
+
+
+def analyse(job: Any, inst: pd.DataFrame, members: pd.DataFrame, offset_of: Optional[dict] = None) -> dict:
+    """The `stragglers` section (docs/cross-rank.md) plus internal numbers for the summary."""
     stats = per_rank_stats(inst, members)
     sm = job.step_metrics
-    steps = sorted(sm["step"].unique()) if sm is not None and len(sm) else []
-    med_step = float(sm.groupby("step")["step_time_ns"].median().median()) if len(steps) else float("nan")
-    if not len(steps) and len(members):
-        med_step = float(members["end"].max() - members["start"].min())
-    n_steps = max(1, len([s for s in steps if s >= 0]) or 1)
-    stats["delay_share"] = stats["delay_caused_ns"] / n_steps / med_step if med_step and med_step > 0 else 0.0
-    need = 0.5 + 0.5 / stats["mean_group"].clip(lower=1)
-    stats["qualifies"] = (stats["pct_last"] >= need) & (stats["delay_share"] >= MATERIAL_SHARE) & \
+    med_step, n_steps = _median_step(job, members)
+    per = step_delays(job, inst, members, offset_of)
+    by_rank = per.groupby("rank")["delay_ns"].sum() if len(per) else pd.Series(dtype=float)
+    stats["delay_ns_per_step"] = stats["rank"].map(by_rank).fillna(0.0) / n_steps
+    stats["delay_share"] = stats["delay_ns_per_step"] / med_step if med_step and med_step > 0 else 0.0
+    shares = holdup_shares(step_delays(job, inst, members, offset_of, by_group=True))
+    stats["holdup_share"] = stats["rank"].map(shares).fillna(0.0)
+    top = per.loc[per.groupby("step")["delay_ns"].idxmax()] if len(per) else per
+    held = top["rank"].value_counts() if len(top) else pd.Series(dtype=int)
+    stats["steps_held"] = stats["rank"].map(held).fillna(0).astype(np.int64)
+    stats["qualifies"] = (stats["delay_share"] >= MATERIAL_SHARE) & (stats["holdup_share"] >= SHARE_MIN) & \
         (stats["n_decided"] >= 3)
+    stats = stats.sort_values(["delay_ns_per_step", "wait_imposed_ns", "rank"], ascending=[False, False, True],
+                              kind="stable").reset_index(drop=True)
     straggler: Optional[int] = None
-    attribution, evidence, confidence = "unknown", "no rank arrives last in a clear majority with material delay", 0.0
+    attribution, confidence = "unknown", 0.0
+    evidence = "no rank alone holds the others up for a material share of the step"
     cand = stats[stats["qualifies"]]
     if len(cand):
         row = cand.iloc[0]
         straggler = int(row["rank"])
-        delay_per_step = float(row["delay_caused_ns"]) / n_steps
+        delay = float(row["delay_ns_per_step"])
         comp = _excess(sm, "compute_ns", straggler)
         gap = _excess(first_activity_gap(job), "gap_ns", straggler)
-        parts = [f"rank {straggler} arrived last in {int(row['times_last'])} of the {int(row['n_decided'])} "
-                 f"collectives it joined that had a clear last arrival ({row['pct_last']:.0%}), delaying them by {delay_per_step / 1e3:.1f} µs per step "
-                 f"({row['delay_share']:.1%} of the median step) and imposing "
-                 f"{row['wait_imposed_ns'] / 1e3:.1f} µs of waiting on the others"]
-        if comp >= gap and comp >= EXPLAINS * delay_per_step and comp > 0:
+        n_held = max(1, int((top["step"] >= 0).sum()) if len(top) else 1)
+        parts = [f"the others waited for rank {straggler} alone {delay / 1e3:.1f} µs per step "
+                 f"({row['delay_share']:.1%} of the median step; {row['holdup_share']:.0%} of all such waiting, "
+                 f"the longest hold-up in {int(row['steps_held'])} of {n_held} steps); it arrived last in "
+                 f"{int(row['times_last'])} of the {int(row['n_decided'])} collectives it joined that had a "
+                 f"clear last arrival and imposed {row['wait_imposed_ns'] / 1e3:.1f} µs of waiting in all"]
+        if comp >= gap and comp >= EXPLAINS * delay and comp > 0:
             attribution = "compute"
             parts.append(f"its compute per step is {comp / 1e3:.1f} µs above the other ranks' median")
-        elif gap > comp and gap >= EXPLAINS * delay_per_step:
+        elif gap > comp and gap >= EXPLAINS * delay:
             attribution = "host"
             parts.append(f"its first kernel of a step starts {gap / 1e3:.1f} µs later than the other ranks' "
                          "(data loading / host-side work before the step's GPU work)")
@@ -168,23 +302,36 @@ def analyse(job: Any, inst: pd.DataFrame, members: pd.DataFrame) -> dict:
             if link:
                 attribution = "link"
                 parts.append(link)
+        close = cand[(cand["rank"] != straggler) & (cand["delay_ns_per_step"] >= 0.5 * delay)]
+        if len(close):  # its lateness spreads (a slowed pipeline replica arrives late everywhere) or two are slow
+            parts.append(f"rank{'s' if len(close) > 1 else ''} {', '.join(str(int(x)) for x in close['rank'][:8])}"
+                         f"{' …' if len(close) > 8 else ''} also hold up their groups, by up to "
+                         f"{close['delay_ns_per_step'].max() / 1e3:.1f} µs per step")
         evidence = "; ".join(parts)
-        confidence = round(float(min(1.0, row["pct_last"]) * min(1.0, row["delay_share"] / (2 * MATERIAL_SHARE))), 3)
+        margin = 0.5 * min(1.0, float(row["delay_share"]) / (2 * MATERIAL_SHARE)) + \
+            0.5 * min(1.0, (float(row["holdup_share"]) - SHARE_MIN) / (1 - SHARE_MIN))
+        runner = float(close["delay_ns_per_step"].max()) / delay if len(close) else 0.0
+        confidence = round(margin * min(1.0, int(row["steps_held"]) / n_held) * max(0.5, 1.0 - runner), 3)
 
-    ci = inst[(inst["kind"] == "collective") & (inst["last_delay_ns"] > TIE_NS)]
     per_step = []
-    for step, g in ci.groupby("step", sort=True):
-        by = g.groupby("last_rank")["last_delay_ns"].sum()
-        per_step.append({"step": int(step), "slowest_rank": int(by.idxmax()),
+    ci = inst[(inst["kind"] == "collective") & (inst["last_delay_ns"] > TIE_NS)] if len(inst) else inst
+    step_med = sm[sm["step"] >= 0].groupby("step")["step_time_ns"].median() if sm is not None and len(sm) else {}
+    for _, r in top.sort_values("step").iterrows():
+        g = ci[ci["step"] == r["step"]]
+        ref = float(step_med.get(int(r["step"]), med_step)) if len(step_med) else med_step
+        per_step.append({"step": int(r["step"]), "slowest_rank": int(r["rank"]), "delay_us": float(r["delay_ns"]) / 1e3,
+                         "material": bool(ref > 0 and r["delay_ns"] >= MATERIAL_SHARE * ref),
                          "last_arrivals": {str(int(k)): int(v) for k, v in g["last_rank"].value_counts().items()}})
     return {
         "per_rank": [{"rank": int(r.rank), "times_last": int(r.times_last), "pct_last": float(r.pct_last),
                       "wait_imposed_us": float(r.wait_imposed_ns) / 1e3,
                       "wait_suffered_us": float(r.wait_suffered_ns) / 1e3,
-                      "delay_caused_us": float(r.delay_caused_ns) / 1e3, "delay_share": float(r.delay_share),
+                      "delay_caused_us": float(r.delay_caused_ns) / 1e3,
+                      "delay_per_step_us": float(r.delay_ns_per_step) / 1e3, "delay_share": float(r.delay_share),
+                      "holdup_share": float(r.holdup_share), "steps_held": int(r.steps_held),
                       "n_instances": int(r.n_instances), "n_decided": int(r.n_decided)} for r in stats.itertuples()],
         "straggler": straggler, "confidence": confidence, "attribution": attribution, "evidence": evidence,
         "per_step": per_step,
-        "thresholds": {"tie_us": TIE_NS / 1e3, "pct_last": "0.5 + 0.5/n (n = mean group size)",
-                       "material_delay_share": MATERIAL_SHARE},
+        "thresholds": {"tie_us": TIE_NS / 1e3, "material_delay_share": MATERIAL_SHARE,
+                       "holdup_share_min": SHARE_MIN},
     }

@@ -10,6 +10,7 @@ from typing import Any, Callable, Optional
 
 import pandas as pd
 
+from analyzer.load.damage import CutDamage, assess_job, drop_excluded
 from analyzer.rank.metrics import rank_step_metrics
 from parsers.discover import FR_DUMP, KINETO, NCCL_LOG, STDERR, discover
 from parsers.errors import InputError
@@ -45,6 +46,8 @@ class Job:
     stderr_logs: list[Any] = field(default_factory=list)
     #: the jobs found among the traces when there were several (docs/api.md): label, ranks, selected, ...
     jobs: list[dict] = field(default_factory=list)
+    #: traces cut off mid-write: what each lost and which of its steps the metrics leave out (analyzer/load/damage.py)
+    damage: dict[int, CutDamage] = field(default_factory=dict)
     #: results of expensive analyses of this job, computed once (e.g. the cross-rank matching for the report and its plots)
     cache: dict = field(default_factory=dict, repr=False, compare=False)
 
@@ -216,8 +219,9 @@ def load_job(paths: list[str | Path], jobs: Optional[int] = None,
     records.sort(key=lambda r: r.path)
     step_metrics = (pd.concat(metrics, ignore_index=True).sort_values(["rank", "step"], kind="stable")
                     .reset_index(drop=True) if metrics else pd.DataFrame())
-    out = Job(records, dict(sorted(traces.items())), step_metrics, logs, dumps, world, missing, warnings,
-              stderr_logs=stderr_logs)
+    damage = assess_job(traces)
+    out = Job(records, dict(sorted(traces.items())), drop_excluded(step_metrics, damage), logs, dumps, world,
+              missing, warnings, stderr_logs=stderr_logs, damage=damage)
     out.jobs = found_jobs
     return out
 

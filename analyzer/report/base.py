@@ -97,6 +97,7 @@ def build_report(job: Job) -> dict:
             "activities": int(len(t.activity)), "collectives": int(len(t.collectives)),
             "steps": [int(s) for s in t.steps["step"]] if len(t.steps) else [],
             "salvaged": t.salvage is not None,
+            "cut": job.damage[r].to_dict() if r in getattr(job, "damage", {}) else None,
         }))
     return {
         "schema": SCHEMA,
