@@ -37,10 +37,10 @@ def _rank_values(ctx: Context, key: str) -> dict[int, float]:
     return out
 
 
-_OVERLAP_SRC = ("the field's healthy ranges (issue #12): DDP/FSDP gradient sync hides under backward (HTA and "
+_OVERLAP_SRC = ("the field's healthy ranges: DDP/FSDP gradient sync hides under backward (HTA and "
                 "PyTorch DDP overlap design: buckets reduce while later layers still compute backward), Megatron TP's "
                 "per-layer all-reduce blocks the next GEMM, so 60-70 % is already good with comm-GEMM overlap")
-_SHARE_SRC = ("the field's healthy ranges (issue #12): data-parallel sync ≤ 10 % of the step, tensor-parallel "
+_SHARE_SRC = ("the field's healthy ranges: data-parallel sync ≤ 10 % of the step, tensor-parallel "
               "collectives ≤ 30 % (Megatron-LM scaling studies keep TP inside NVLink for this reason)")
 OVERLAP_TARGET = {"dp": "dp_overlap_min", "fsdp": "dp_overlap_min", "tp": "tp_overlap_min"}
 SHARE_LIMIT = {"dp": "dp_comm_share_max", "fsdp": "dp_comm_share_max", "tp": "tp_comm_share_max"}

@@ -5,6 +5,7 @@ import textwrap
 from typing import Optional
 
 from rules.registry import THRESHOLDS, get_rule, sorted_rules
+from rules.threshold_sources import source_of
 
 
 def _fmt(v: float) -> str:
@@ -34,8 +35,8 @@ def explain(rule_id: str, thresholds: Optional[dict[str, float]] = None) -> str:
             note = "" if cur == t.default else f" (default {_fmt(t.default)})"
             out.append(f"  {t.name} = {_fmt(cur)} {t.unit}{note}")
             out.extend("      " + s for s in textwrap.wrap(t.doc, 100))
-            if t.source:
-                out.extend("      " + s for s in textwrap.wrap("source: " + t.source, 100))
+            if source_of(t):
+                out.extend("      " + s for s in textwrap.wrap("source: " + source_of(t), 100))
         out.append("")
     if r.confirm:
         out += ["how to confirm:"] + ["  " + s for s in textwrap.wrap(r.confirm, 100)] + [""]
@@ -60,7 +61,7 @@ def threshold_table() -> str:
     lines = ["| threshold | default | unit | meaning | where the number comes from |", "|---|---|---|---|---|"]
     for name in sorted(THRESHOLDS):
         t = THRESHOLDS[name]
-        lines.append(f"| `{t.name}` | {_fmt(t.default)} | {t.unit} | {t.doc} | {t.source or '(not stated)'} |")
+        lines.append(f"| `{t.name}` | {_fmt(t.default)} | {t.unit} | {t.doc} | {source_of(t) or '(not stated)'} |")
     return "\n".join(lines) + "\n"
 
 

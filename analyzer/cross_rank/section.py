@@ -171,8 +171,11 @@ def _groups_section(job: Job, cr: CrossRank) -> list[dict]:
         role, evidence = infer_role(name, ranks, world, ops, per_step, pos.get(name))
         # the world group is judged by what it carries (a plain DDP job's only group is its DP group)
         judged = infer_role(name, ranks, 0, ops, per_step, pos.get(name))[0] if role == "world" else role
-        if role == "world" and judged == "tp" and ops.get("allgather") and ops.get("reducescatter"):
-            judged = "fsdp"  # all-gathers and reduce-scatters over the whole world: ZeRO / FSDP, not TP = world
+        ag = ops.get("allgather", 0)
+        if role == "world" and judged == "tp" and ag and ag >= ops.get("reducescatter", 0) + ops.get("allreduce", 0) / 2:
+            # parameter all-gathers over the whole world with their gradient reductions (reduce-scatter, or all-reduce
+            # on backends without it): ZeRO / FSDP; a world-sized TP group all-reduces far more than it gathers
+            judged = "fsdp"
         out.append({"name": name, "desc": g.desc if g is not None else "", "ranks": ranks, "size": len(ranks),
                     "hosts": hs, "n_hosts": len(hs) if cr.hosts.known else None, "span": span, "role": role,
                     "judged_role": judged, "evidence": evidence, "ops": ops})
