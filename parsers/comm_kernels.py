@@ -86,7 +86,7 @@ FAMILIES: tuple[CommFamily, ...] = (
                source="NVIDIA NVSHMEM src/host/coll (ON_STREAM_KERNEL macros); ROCm rocSHMEM"),
     CommFamily("symm_mem", "PyTorch symmetric memory (torch.distributed._symmetric_memory)",
                _B + r"(?:multimem_\w+_kernel|(?:one|two)_shot_\w*(?:reduce|gather)\w*_kernel|"
-                    r"symm_mem\w*::\w+|(?:all_to_all_vdev\w*|allToAllV\w*|exchangeSplitAndOffset\w*)\b)",
+                    r"(?:all_to_all_vdev\w*|allToAllV\w*|exchangeSplitAndOffset\w*)\b)",
                what="multimem_all_reduce_kernel<…>, multimem_one_shot_reduce_kernel, multimem_all_gather_kernel, "
                     "one_shot_all_reduce_kernel, two_shot_all_reduce_kernel, all_to_all_vdev (NVSHMEM based); also "
                     "every kernel launched by a symm_mem::* CPU op",

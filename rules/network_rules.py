@@ -3,7 +3,7 @@ interfaces, bus bandwidth below what the link class delivers."""
 from __future__ import annotations
 
 import re
-from typing import Iterator
+from typing import Iterator, Optional
 
 from rules.context import Context
 from rules.finding import Evidence, Finding, Subject
@@ -269,51 +269,71 @@ def low_busbw(ctx: Context) -> Iterator[Finding]:
     for c in links.get("causes") or []:
         causes_by_class.setdefault(str(c.get("link_class")), []).append(c)
     classes = {str(c.get("link_class")): c for c in links.get("classes") or []}
+    low: dict[tuple[str, str], list[tuple[dict, float, float, Optional[float], bool]]] = {}
     for r in (ctx.cross.get("collectives") or {}).get("by_group_op") or []:
         link = str(r.get("link_class"))
         bw, count, nbytes = num(r.get("mean_busbw_gbps")), num(r.get("count")), num(r.get("bytes"))
         if link == "socket" or bw is None or not count or not nbytes:
             continue
-        mean_bytes = nbytes / count
-        if mean_bytes < ctx.t("busbw_min_bytes"):
+        if nbytes / count < ctx.t("busbw_min_bytes"):
             continue
         expected = num(r.get("expected_busbw_gbps"))
         floor = ctx.t(BUSBW[link].name) if link in BUSBW else 0.0
-        frac = ctx.t("busbw_min_frac")
-        low_model = expected is not None and bw < frac * expected
+        low_model = expected is not None and bw < ctx.t("busbw_min_frac") * expected
         low_floor = floor > 0 and bw < floor
-        if not (low_model or low_floor):
-            continue
-        target = max(expected or 0.0, floor)
-        g = ctx.group(r.get("process_group")) or {}
-        transfer = count * (num(r.get("mean_transfer_us")) or 0.0)
-        cost = min(1.0, transfer * (1.0 - bw / target) / tt) if tt and target else None
-        ranks = [int(x) for x in g.get("ranks") or []]
-        cls = classes.get(link, {})
-        nominal = num(r.get("nominal_busbw_gbps"))
-        ev = [Evidence(f"{int(count)} calls, mean {mb(mean_bytes)}, mean transfer "
-                       f"{num(r.get('mean_transfer_us')) or 0:.0f} µs, busbw {bw:.1f} GB/s")]
-        if expected is not None:
-            ev.append(Evidence(f"{link} should reach ~{expected:.0f} GB/s busbw at {mb(mean_bytes)} (nominal "
-                               f"{nominal:g} GB/s: {cls.get('nominal_source') or 'link class'}); measured "
-                               f"{bw / expected:.0%} of it, below {frac:.0%}"))
-        if low_floor:
-            ev.append(Evidence(f"below the configured floor {BUSBW[link].name} = {floor:g} GB/s"))
-        for e in (cls.get("evidence") or [])[:3]:
-            ev.append(Evidence(f"link evidence: {e}"))
-        causes = causes_by_class.get(link) or []
-        for c in causes[:5]:
-            ev.append(Evidence(f"cause in the NCCL logs: {c.get('text')}", c.get("file"), c.get("line")))
-        if g.get("hosts"):
-            ev.append(Evidence(_hosts_text(g["hosts"])))
-        why = f"; the logs show: {causes[0].get('text')}" if causes else ""
-        yield Finding(title=f"{r.get('op')} on process group {r.get('process_group')} reaches {bw:.1f} GB/s busbw "
-                            f"over {link} (expected ≥ {frac * target:.0f} GB/s at {mb(mean_bytes)})"[:200],
-                      confidence=0.8 if causes else 0.7, cost=cost, evidence=ev,
-                      fix=_LINK_FIX.get(link, "") + (f" First: {causes[0].get('text')}." if causes else ""),
-                      subject=Subject(ranks=ranks, process_group=str(r.get("process_group")),
-                                      collective={"op": r.get("op"), "seq": None}),
-                      involved=set(ranks), extra={"link_class": link, "cause": why.lstrip("; ") or None})
+        if low_model or low_floor:
+            low.setdefault((link, str(r.get("op"))), []).append((r, bw, max(expected or 0.0, floor), expected,
+                                                                 low_floor))
+    # one finding per (link class, op): a job with a thousand DP groups on the same slow link is one problem
+    for (link, op), rows in sorted(low.items()):
+        yield _busbw_finding(ctx, link, op, rows, classes.get(link, {}), causes_by_class.get(link) or [], tt)
+
+
+def _busbw_finding(ctx: Context, link: str, op: str, rows: list, cls: dict, causes: list[dict],
+                   tt: Optional[float]) -> Finding:
+    frac = ctx.t("busbw_min_frac")
+    rows = sorted(rows, key=lambda x: x[1] / x[2] if x[2] else 1.0)  # worst efficiency first
+    r, bw, target, expected, low_floor = rows[0]
+    count, nbytes = num(r.get("count")) or 0.0, num(r.get("bytes")) or 0.0
+    mean_bytes = nbytes / count if count else 0.0
+    groups = [str(x[0].get("process_group")) for x in rows]
+    costs = []
+    ranks: set[int] = set()
+    for x in rows:
+        g = ctx.group(x[0].get("process_group")) or {}
+        ranks |= {int(k) for k in g.get("ranks") or []}
+        transfer = (num(x[0].get("count")) or 0.0) * (num(x[0].get("mean_transfer_us")) or 0.0)
+        if tt and x[2]:
+            costs.append(min(1.0, transfer * (1.0 - x[1] / x[2]) / tt))
+    nominal = num(r.get("nominal_busbw_gbps"))
+    where = f"process group {groups[0]}" if len(groups) == 1 else f"{len(groups)} process groups"
+    ev = [Evidence(f"group {x[0].get('process_group')}: {int(num(x[0].get('count')) or 0)} calls, mean "
+                   f"{mb((num(x[0].get('bytes')) or 0) / max(1.0, num(x[0].get('count')) or 1))}, mean transfer "
+                   f"{num(x[0].get('mean_transfer_us')) or 0:.0f} µs, busbw {x[1]:.1f} GB/s") for x in rows[:4]]
+    if len(rows) > 4:
+        ev.append(Evidence(f"… {len(rows) - 4} more group(s): {', '.join(groups[4:12])}"
+                           f"{' …' if len(groups) > 12 else ''}"))
+    if expected is not None:
+        ev.append(Evidence(f"{link} should reach ~{expected:.0f} GB/s busbw at {mb(mean_bytes)} (nominal "
+                           f"{nominal:g} GB/s: {cls.get('nominal_source') or 'link class'}); measured "
+                           f"{bw / expected:.0%} of it, below {frac:.0%}"))
+    if low_floor:
+        ev.append(Evidence(f"below the configured floor {BUSBW[link].name} = {ctx.t(BUSBW[link].name):g} GB/s"))
+    for e in (cls.get("evidence") or [])[:3]:
+        ev.append(Evidence(f"link evidence: {e}"))
+    for c in causes[:5]:
+        ev.append(Evidence(f"cause in the NCCL logs: {c.get('text')}", c.get("file"), c.get("line")))
+    g0 = ctx.group(r.get("process_group")) or {}
+    if g0.get("hosts"):
+        ev.append(Evidence(_hosts_text(g0["hosts"])))
+    return Finding(title=f"{op} on {where} reaches {bw:.1f} GB/s busbw over {link} (expected ≥ {frac * target:.0f} "
+                         f"GB/s at {mb(mean_bytes)})"[:200],
+                   confidence=0.8 if causes else 0.7, cost=max(costs) if costs else None, evidence=ev,
+                   fix=_LINK_FIX.get(link, "") + (f" First: {causes[0].get('text')}." if causes else ""),
+                   subject=Subject(ranks=sorted(ranks), process_group=groups[0] if len(groups) == 1 else None,
+                                   collective={"op": op, "seq": None}),
+                   involved=ranks, extra={"link_class": link, "process_groups": groups,
+                                          "cause": causes[0].get("text") if causes else None})
 
 
 def _hosts_text(hosts: list) -> str:

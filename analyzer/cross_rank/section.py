@@ -170,16 +170,34 @@ def _groups_section(job: Job, cr: CrossRank) -> list[dict]:
         hs, span = group_span(ranks, cr.hosts)
         role, evidence = infer_role(name, ranks, world, ops, per_step, pos.get(name))
         # the world group is judged by what it carries (a plain DDP job's only group is its DP group)
-        judged = infer_role(name, ranks, 0, ops, per_step, pos.get(name))[0] if role == "world" else role
-        ag = ops.get("allgather", 0)
-        if role == "world" and judged == "tp" and ag and ag >= ops.get("reducescatter", 0) + ops.get("allreduce", 0) / 2:
-            # parameter all-gathers over the whole world with their gradient reductions (reduce-scatter, or all-reduce
-            # on backends without it): ZeRO / FSDP; a world-sized TP group all-reduces far more than it gathers
-            judged = "fsdp"
+        judged = world_group_role(ops) if role == "world" else role
         out.append({"name": name, "desc": g.desc if g is not None else "", "ranks": ranks, "size": len(ranks),
                     "hosts": hs, "n_hosts": len(hs) if cr.hosts.known else None, "span": span, "role": role,
                     "judged_role": judged, "evidence": evidence, "ops": ops})
     return out
+
+
+def world_group_role(ops: dict[str, int]) -> str:
+    """The role a world-spanning group is judged by, from the traffic it carries.
+
+    Send/recv ≥ half → pp; all-to-all (or NCCL SendRecv kernels, how torchrec and DLRM build theirs) ≥ half → ep;
+    parameter all-gathers at least as many as the gradient reductions (reduce-scatter, or all-reduce / 2 on gloo,
+    which has no reduce-scatter) → fsdp; any all-reduce / reduce-scatter → dp. The "early in the step" TP test of
+    infer_role is not used here: a DDP job's buffer broadcasts and a DLRM's embedding exchange also start early.
+    """
+    total = sum(ops.values())
+    if not total:
+        return "unknown"
+    if (ops.get("send", 0) + ops.get("recv", 0)) / total >= 0.5:
+        return "pp"
+    if (ops.get("alltoall", 0) + ops.get("sendrecv", 0)) / total >= 0.5:
+        return "ep"
+    ag, rs, ar = ops.get("allgather", 0), ops.get("reducescatter", 0), ops.get("allreduce", 0)
+    if ag and ag >= rs + ar / 2:
+        return "fsdp"
+    if ar or rs:
+        return "dp"
+    return "unknown"
 
 
 def _first_positions(job: Job, cr: CrossRank) -> dict:
