@@ -30,7 +30,6 @@ ALLOWED = {"real-cpu/pp-gpipe": {"PIPE001"}, "real-cpu/pp-1f1b": {"PIPE001"},
            # 14-40 % of their step in communication, and the simulator's "NVLink" is 150 GB/s on H100s (450)
            "ddp_clean": {"COMM001"}, "ddp_clean_old_format": {"COMM001"}, "fsdp_clean": {"COMM001"},
            "moe_clean": {"COMM001", "NET004"}, "tp_dp_clean": {"COMM001"}, "tp_sp_dp_clean": {"COMM001"},
-           "gpipe_clean": {"NET004"}, "pp_interleaved_clean": {"NET004"}, "tp_pp_dp_1f1b_clean": {"NET004"},
            "real-cpu/ddp-clean": {"COMM001"},
            "corpus/hta-trace_filter": {"LOAD003"}, "corpus/param-dlrm_kineto": {"LOAD003"},
            "corpus/hta-single_rank/df_index_resolver": {"LOAD003"},

@@ -228,8 +228,9 @@ def expected_busbw(link: Link, op: str, n: int, nbytes: float, factor: float) ->
     return bus / (alpha_ns + bus / link.nominal_gbps)
 
 
-def low_busbw_causes(link: Link, ev: LinkEvidence) -> list[tuple[str, Optional[str], Optional[int]]]:
-    """What the logs show that slows this link class down: (text, file, line) per cause."""
+def low_busbw_causes(link: Link, ev: LinkEvidence) -> list[tuple]:
+    """What the logs show that slows this link class down: (text, file, line[, cap GB/s]) per cause; a channel
+    cause carries the busbw its channels can carry at most, so a faster measurement rules it out."""
     out = []
     env = ev.env
 
@@ -268,11 +269,12 @@ def low_busbw_causes(link: Link, ev: LinkEvidence) -> list[tuple[str, Optional[s
         if v and v[0].isdigit() and link.nominal_gbps and int(v[0]) * CHANNEL_GBPS < link.nominal_gbps and \
                 name in ("NCCL_MAX_NCHANNELS", "NCCL_MAX_CTAS"):
             out.append((f"{name}={v[0]} caps the channels: at ~{CHANNEL_GBPS:g} GB/s each they cannot fill "
-                        f"{link.nominal_gbps:g} GB/s", v[1], v[2]))
+                        f"{link.nominal_gbps:g} GB/s", v[1], v[2], int(v[0]) * CHANNEL_GBPS))
     if ev.coll_channels is not None and link.nominal_gbps and intra and \
             ev.coll_channels * CHANNEL_GBPS < 0.8 * link.nominal_gbps:
         out.append((f"only {ev.coll_channels} coll channels: at ~{CHANNEL_GBPS:g} GB/s each about "
-                    f"{ev.coll_channels * CHANNEL_GBPS:g} of {link.nominal_gbps:g} GB/s", *_fact(ev, "coll channels")))
+                    f"{ev.coll_channels * CHANNEL_GBPS:g} of {link.nominal_gbps:g} GB/s", *_fact(ev, "coll channels"),
+                    ev.coll_channels * CHANNEL_GBPS))
     for name in ("NCCL_ALGO", "NCCL_PROTO"):
         v = env.get(name)
         if v:

@@ -257,8 +257,11 @@ def _link_section(job: Job, links: dict[str, lk.Link]) -> dict:
         c["groups"].append(name)
     causes = {}
     for link in links.values():
-        for text, path, line in lk.low_busbw_causes(link, ev):
-            causes.setdefault(text, {"text": text, "file": path, "line": line, "link_class": link.link_class})
+        for c in lk.low_busbw_causes(link, ev):
+            row = {"text": c[0], "file": c[1], "line": c[2], "link_class": link.link_class}
+            if len(c) > 3:
+                row["cap_gbps"] = c[3]
+            causes.setdefault(c[0], row)
     return {"classes": sorted(classes.values(), key=lambda c: c["link_class"]),
             "facts": [{"text": t, "file": f, "line": ln} for t, f, ln in ev.facts],
             "env": {k: v[0] for k, v in sorted(ev.env.items())},
