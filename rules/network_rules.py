@@ -33,8 +33,8 @@ BUSBW_FRAC = Threshold("busbw_min_frac", 0.8, "fraction",
 BUSBW_COST = Threshold("busbw_cost_min", 0.02, "fraction",
                        "a slow link whose lost transfer time is below this share of the step is reported as info, "
                        "not a warning",
-                       source="the straggler cost floor (straggler_cost_min, 2 %): less time lost than that is within "
-                              "step-to-step jitter")
+                       source="below the step-to-step spread of clean real CPU runs (2.5-5.9 % of the step, "
+                              "step_spread_max): less time lost than that cannot be told from jitter")
 BUSBW_MIN_BYTES = Threshold("busbw_min_bytes", 1e6, "bytes",
                             "only collectives at least this large (mean bytes per call) are judged: below it the "
                             "kernel's own launch and synchronisation dominate the measurement",
