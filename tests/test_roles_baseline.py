@@ -134,7 +134,7 @@ def test_baseline_diff_names_what_grew():
     assert sec["comparable"] is True
     grew = sec["diff"]["grew"][0]
     assert grew["name"].startswith("ncclDevKernel_AllReduce") and grew["change_us"] > 10_000
-    assert grew["baseline_count"] == grew["current_count"] == 4
+    assert grew["baseline_count"] == grew["current_count"] == 13  # 25 layers in 8 MiB buckets
     assert sec["diff"]["collective_counts"] == [] and sec["diff"]["appeared"] == []
     out = apply_baseline(dict(cur, findings=list(cur["findings"])), base, "b")
     b1 = next(f for f in out["findings"] if f["id"] == "BASE001")
@@ -148,4 +148,4 @@ def test_baseline_diff_counts_collectives_that_changed():
     assert sec["comparable"] is True
     c = sec["diff"]["collective_counts"]
     assert [(r["process_group"], r["op"]) for r in c] == [("0", "allreduce")]
-    assert (c[0]["baseline_per_step"], c[0]["current_per_step"]) == (4.0, 62.0)  # 124 in 2 steps (COMM003 says 62 per step too)
+    assert (c[0]["baseline_per_step"], c[0]["current_per_step"]) == (13.0, 62.0)  # 124 in 2 steps (COMM003 says 62 per step too)

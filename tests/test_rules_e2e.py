@@ -26,10 +26,8 @@ PERF_KINDS = {"data_loader_stall": "LOAD003", "slow_link": "NET004", "moe_imbala
 # bubble really is above theory (+27 / +11 points over stage 0's window); PIPE001 names the heavy stage (GPipe) or
 # says the stages work alike and the idle is waiting (1F1B)
 ALLOWED = {"real-cpu/pp-gpipe": {"PIPE001"}, "real-cpu/pp-1f1b": {"PIPE001"},
-           # per-role judgement (docs/rules.md "Findings on clean data"): the simulated DDP/FSDP/TP jobs expose
-           # 14-40 % of their step in communication, and the simulator's "NVLink" is 150 GB/s on H100s (450)
-           "ddp_clean": {"COMM001"}, "ddp_clean_old_format": {"COMM001"}, "fsdp_clean": {"COMM001"},
-           "moe_clean": {"COMM001", "NET004"}, "tp_dp_clean": {"COMM001"}, "tp_sp_dp_clean": {"COMM001"},
+           # the simulator's intra-host links are 150 GB/s while its traces name H100s (docs/rules.md)
+           "moe_clean": {"NET004"},
            "real-cpu/ddp-clean": {"COMM001"},
            "corpus/hta-trace_filter": {"LOAD003"}, "corpus/param-dlrm_kineto": {"LOAD003"},
            "corpus/hta-single_rank/df_index_resolver": {"LOAD003"},
@@ -62,14 +60,7 @@ def _need_sections(rep: dict, kind: str) -> None:
         assert rep.get("nccl"), "run_analysis built no `nccl` section"
 
 
-#: faults that rank behind a true finding about the simulated base job itself (docs/rules.md "Findings on clean
-#: data"): strict, so a healthier simulated base job turns these back into passes that must be removed from here
-BEHIND_BASE_JOB = {"uneven_last_batch": "the base DDP job exposes 40 % of its step in communication (COMM001 costs "
-                                        "more than the short last batch)"}
-
-
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=BEHIND_BASE_JOB[n]))
-                                  if n in BEHIND_BASE_JOB else n for n in scenarios(True)])
+@pytest.mark.parametrize("name", scenarios(True))
 def test_fault_is_first_finding(name):
     exp = json.loads((SIM / name / "expected.json").read_text())
     fault = exp["faults"][0]

@@ -131,21 +131,40 @@ def _row(m: Metric, name: str, cur: Optional[float], base: Optional[float], thre
             "threshold": threshold * m.worse, "regressed": bool(regressed), "severity": m.severity}
 
 
+def _d(x) -> dict:
+    return x if isinstance(x, dict) else {}
+
+
+def _l(x) -> list:
+    return x if isinstance(x, list) else []
+
+
+def _size(g: dict) -> int | None:
+    try:
+        return int(g.get("size") or len(_l(g.get("ranks"))))
+    except (TypeError, ValueError):
+        return None
+
+
 def job_shape(report: dict) -> dict:
-    """What makes two runs the same job: world size, hosts, and the process groups by role and size."""
-    cr = report.get("cross_rank") or {}
-    hosts = set(((cr.get("hosts") or {}).get("rank_to_host") or {}).values())
+    """What makes two runs the same job: world size, hosts, and the process groups by role and size. A saved
+    baseline is input like any other: members of the wrong type count as absent."""
+    report = _d(report)
+    cr = _d(report.get("cross_rank"))
+    hosts = {str(h) for h in _d(_d(cr.get("hosts")).get("rank_to_host")).values()}
     groups: dict[str, list[int]] = {}
-    for g in cr.get("process_groups") or []:
+    for g in _l(cr.get("process_groups")):
+        g = _d(g)
         role = str(g.get("judged_role") or g.get("role") or "unknown")
-        if str(g.get("name", "")).startswith("stream:"):
+        if str(g.get("name", "")).startswith("stream:") or (n := _size(g)) is None:
             continue  # keys made from stream numbers, not process groups
-        groups.setdefault(role, []).append(int(g.get("size") or len(g.get("ranks") or [])))
-    pipe = cr.get("pipeline") or {}
-    return {"world_size": (report.get("job") or {}).get("world_size"), "hosts": len(hosts) or None,
+        groups.setdefault(role, []).append(n)
+    pipe = _d(cr.get("pipeline"))
+    ws = _d(report.get("job")).get("world_size")
+    return {"world_size": ws if isinstance(ws, int) else None, "hosts": len(hosts) or None,
             "groups": {r: sorted(v) for r, v in sorted(groups.items())},
             "degrees": {r: max(v) for r, v in sorted(groups.items()) if v},
-            "pipeline_stages": pipe.get("p") if pipe.get("detected") else None}
+            "pipeline_stages": pipe.get("p") if pipe.get("detected") and isinstance(pipe.get("p"), int) else None}
 
 
 def shape_differences(cur: dict, base: dict) -> list[str]:
