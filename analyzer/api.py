@@ -160,7 +160,8 @@ def load(paths: Union[PathLike, Iterable[PathLike]], *, job: Optional[str] = Non
         rule_config = build_config(select, ignore, [f"{k}={v}" for k, v in (thresholds or {}).items()],
                                    os.fspath(config) if config else None, isolated=config is None)
     options = Options(gpus_per_node=gpus_per_node, rule_config=rule_config)
-    loaded = load_job(ps, jobs=jobs, progress=progress, select_job=job)
+    comm_kernels = getattr(rule_config, "comm_kernels", None)  # [tool.analyze] comm-kernels (docs/metrics.md)
+    loaded = load_job(ps, jobs=jobs, progress=progress, select_job=job, comm_kernels=comm_kernels)
     report = run_analysis(loaded, options)
     if baseline is not None and report.get("analysed", True):
         _apply_baseline(report, os.fspath(baseline), options, jobs, regression_thresholds or {})
@@ -172,7 +173,8 @@ def _apply_baseline(report: dict, source: str, options: Any, jobs: Optional[int]
     from analyzer.load.job import load_job
     from analyzer.report.assemble import run_analysis, verdict
     from analyzer.report.baseline import apply_baseline, load_baseline
-    base = load_baseline(source, lambda p: run_analysis(load_job(p, jobs=jobs), options))
+    kernels = getattr(options.rule_config, "comm_kernels", None)
+    base = load_baseline(source, lambda p: run_analysis(load_job(p, jobs=jobs, comm_kernels=kernels), options))
     apply_baseline(report, base, source, thresholds)
     cfg = options.rule_config
     if cfg is not None and hasattr(cfg, "enabled"):

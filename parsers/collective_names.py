@@ -18,7 +18,6 @@ _ALIASES = {
     "barrier": "barrier", "gather": "gather", "scatter": "scatter", "coalesced": "coalesced",
 }
 
-_KERNEL = re.compile(r"nccl(?:Dev)?Kernel_([A-Za-z]+)", re.IGNORECASE)
 _PREFIX = re.compile(r"^(?:gloo|nccl|c10d|symm_mem|record_param_comms)(?:::|:)?\s*", re.IGNORECASE)
 
 
@@ -40,8 +39,9 @@ def normalise_op(name: str) -> str:
 
 
 def op_from_kernel_name(kernel: str) -> str:
-    """The op spelled in an NCCL kernel name (``ncclKernel_AllReduce_RING_LL_Sum_float`` → allreduce)."""
-    m = _KERNEL.search(kernel)
-    if not m or m.group(1).lower() == "generic":
-        return "unknown"
-    return normalise_op(m.group(1))
+    """The op a communication kernel's name spells (``ncclKernel_AllReduce_RING_LL_Sum_float`` → allreduce,
+    ``userbuffers_fp16_sum_inplace_gpu_rr_rs<2>`` → reducescatter); 'unknown' for other kernels or when the name
+    does not say (RCCL's ``ncclDevKernel_Generic``). The families: parsers/comm_kernels.py."""
+    from parsers.comm_kernels import DEFAULT_TABLE
+    hit = DEFAULT_TABLE.match(kernel)
+    return hit[1] if hit is not None else "unknown"

@@ -18,7 +18,8 @@ import msgspec
 import numpy as np
 import pandas as pd
 
-from parsers.collective_names import normalise_op, op_from_kernel_name
+from parsers.collective_names import normalise_op
+from parsers.comm_kernels import DEFAULT_TABLE, CommKernelTable
 from parsers.errors import InputError
 from parsers.trace_bytes import BlockReader, read_trace_bytes, salvage_json_prefix, scan_array
 
@@ -28,7 +29,6 @@ KIND_CODE = {k: i for i, k in enumerate(KINDS)}
 _GPU_CATS = {"kernel": None, "Kernel": None, "gpu_memcpy": "memcpy", "Memcpy": "memcpy",
              "gpu_memset": "memset", "Memset": "memset", "cuda_sync": "sync"}
 _RUNTIME_CATS = {"cuda_runtime", "Runtime", "cuda_driver", "hip_runtime"}
-_COMM_KERNEL = re.compile(r"^(nccl|rccl)|ncclKernel|ncclDevKernel", re.IGNORECASE)
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
 _RANK_IN_NAME = re.compile(r"(?:^|[^a-z])(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
 # CPU spans that are a collective (gloo work, c10d dispatch, nccl annotations, symmetric-memory collectives).
@@ -137,20 +137,22 @@ WHOLE_DOCUMENT_BYTES = 64 << 20
 _BOM = b"\xef\xbb\xbf"
 
 
-def load_trace(path: str | Path, chunk_bytes: int = CHUNK_BYTES) -> KinetoTrace:
+def load_trace(path: str | Path, chunk_bytes: int = CHUNK_BYTES,
+               comm_kernels: Optional[CommKernelTable] = None) -> KinetoTrace:
     """Parse one Kineto/Chrome trace file (optionally gzip); salvage cut-off or damaged input with a warning.
 
     The file is inflated and decoded slice by slice (``chunk_bytes`` of ``traceEvents`` at a time) and each
     slice is reduced to compact columns at once, so memory stays near one slice plus the kept columns, whatever
     the file. Damage (a bad token, flipped bytes, a corrupt gzip member) keeps every event before it. Small files
-    with an odd top-level layout go through the whole-document path, which gives the same tables.
+    with an odd top-level layout go through the whole-document path, which gives the same tables. ``comm_kernels``: the table that says which kernels are
+    communication (parsers/comm_kernels.py; the built-in one when None, or one with the user's patterns).
     """
     path = Path(path)
     warnings: list[str] = []
     try:
-        col, doc, salvage = _stream(path, chunk_bytes)
+        col, doc, salvage = _stream(path, chunk_bytes, comm_kernels)
     except _Fallback:
-        col, doc, salvage = _whole(path)
+        col, doc, salvage = _whole(path, comm_kernels)
     if salvage is not None and salvage["events_recovered"] == 0:
         what = "damaged" if salvage.get("damaged") else "truncated"
         raise InputError(path, f"{what} before the first complete event ({salvage['reason']})")
@@ -173,7 +175,7 @@ def _salvage_info(reason: str, bytes_read: int, kept: int, events: int, damaged:
     return out
 
 
-def _whole(path: Path) -> tuple["_Collector", _TypedDoc, Optional[dict]]:
+def _whole(path: Path, table: Optional[CommKernelTable] = None) -> tuple["_Collector", _TypedDoc, Optional[dict]]:
     """Whole-document path (small files with an odd layout): read all bytes, decode once, collect."""
     try:
         raw = read_trace_bytes(path, max_bytes=WHOLE_DOCUMENT_BYTES)
@@ -195,7 +197,7 @@ def _whole(path: Path) -> tuple["_Collector", _TypedDoc, Optional[dict]]:
         kept = cut_info[1] if cut_info else len(raw.data)
         salvage = _salvage_info(raw.gzip_error or "JSON ends mid-document (file cut off while being written)",
                                 len(raw.data), kept, len(doc.traceEvents))
-    col = _Collector()
+    col = _Collector(table)
     col.notes = [f"{path}: {n}" for n in notes]
     if raw.gzip_note:
         col.notes.append(f"{path}: {raw.gzip_note}")
@@ -316,7 +318,8 @@ def _lenient_events(part, notes: _SliceNotes) -> list[_Event]:
     return out
 
 
-def _stream(path: Path, chunk_bytes: int) -> tuple["_Collector", _TypedDoc, Optional[dict]]:
+def _stream(path: Path, chunk_bytes: int,
+            table: Optional[CommKernelTable] = None) -> tuple["_Collector", _TypedDoc, Optional[dict]]:
     """Streaming path: header, then ``traceEvents`` in slices cut at event boundaries, then the trailer.
 
     A slice ends at a ``}`` followed by ``,`` and ``{`` (found by looking only at bytes not yet searched); if
@@ -327,7 +330,7 @@ def _stream(path: Path, chunk_bytes: int) -> tuple["_Collector", _TypedDoc, Opti
     """
     reader = BlockReader(path, block_bytes=max(chunk_bytes, 1 << 16))
     blocks = reader.blocks()
-    st = _Stream(reader, blocks, chunk_bytes)
+    st = _Stream(reader, blocks, chunk_bytes, table)
     gc_was = gc.isenabled()
     gc.disable()  # millions of small objects: the cyclic GC only costs time here
     try:
@@ -341,12 +344,13 @@ def _stream(path: Path, chunk_bytes: int) -> tuple["_Collector", _TypedDoc, Opti
 class _Stream:
     """State of one streaming parse: the buffer (``buf[0]`` is inflated byte ``offset``) and the collector."""
 
-    def __init__(self, reader: BlockReader, blocks, chunk_bytes: int) -> None:
+    def __init__(self, reader: BlockReader, blocks, chunk_bytes: int,
+                 table: Optional[CommKernelTable] = None) -> None:
         self.reader, self.blocks, self.chunk = reader, blocks, chunk_bytes
         self.buf = bytearray()
         self.offset = 0
         self.eof = False
-        self.col = _Collector()
+        self.col = _Collector(table)
         self.notes = _SliceNotes()
         self.bare = False  # Chrome's bare-array form: nothing may follow the array
 
@@ -824,10 +828,10 @@ _GPU_FIXED = {c: (-1 if k is None else KIND_CODE[k]) for c, k in _GPU_CATS.items
 _P2P_OPS = ("c10d::send", "c10d::recv_", "c10d::recv_any_source_")
 
 
-def _name_flags(nm: str) -> int:
+def _name_flags(nm: str, table: CommKernelTable = DEFAULT_TABLE) -> int:
     """What a name means to the analysis, computed once per distinct name."""
     f = 0
-    if _COMM_KERNEL.search(nm):
+    if table.match(nm) is not None:
         f |= _F_COMM_KERNEL
     if _COMM_CPU_SPAN.match(nm):
         f |= _F_COMM_SPAN
@@ -881,7 +885,8 @@ class _Collector:
     _R_TYPES = (np.float64, np.int64, np.int32)
     _C_TYPES = (np.float64, np.float64, np.int32, np.int32, np.bool_, np.int32)
 
-    def __init__(self) -> None:
+    def __init__(self, table: Optional[CommKernelTable] = None) -> None:
+        self.table = table or DEFAULT_TABLE  # which kernel names are communication (parsers/comm_kernels.py)
         self.n_events = 0
         self.n_bad = 0
         self.n_bad_dur = 0
@@ -958,7 +963,7 @@ class _Collector:
                 nm = ""
             fl = flags.get(nm)
             if fl is None:
-                fl = flags[nm] = _name_flags(nm)
+                fl = flags[nm] = _name_flags(nm, self.table)
             if not fl:
                 if not cls or (cls == _C_CPU and not keep_cpu):
                     continue  # python_function, flows, ...; CPU ops of a GPU trace
@@ -1192,6 +1197,7 @@ class _Collector:
         # Kernels launched by a collective CPU op (symm_mem::*, …) are comm even without an NCCL name.
         comm_by_ext = self._comm_by_ext()
         symm = [k for k, nm in comm_by_ext.items() if nm.startswith("symm_mem::")]
+        symm_set = set(symm)
         if symm:
             hit = (kind == KIND_CODE["compute"]) & np.isin(ext, _arr(symm, np.int64))
             kind[hit] = KIND_CODE["comm"]
@@ -1213,15 +1219,17 @@ class _Collector:
             j = order[row]
             a = self.g_args[j]
             op = ""
+            hit = self.table.match(self.name_list[name[j]])
+            family = hit[0] if hit is not None else ("symm_mem" if ext[j] in symm_set else "")
             if a is not None and isinstance(a.coll_name, str):
                 op = normalise_op(a.coll_name)
             if not op or op == "unknown":
-                op = op_from_kernel_name(self.name_list[name[j]])
+                op = hit[1] if hit is not None else "unknown"
             if op == "unknown":
                 if span_index is None:
                     span_index = _SpanIndex(spans)
                 op = _op_from_launcher(ext[j], launch_pos[j], r_tid, r_start, comm_by_ext, span_index)
-            recs.append(_coll_record(row, op, a, _nccl_peer(a, op)))
+            recs.append(_coll_record(row, op, a, _nccl_peer(a, op), family))
         return activity, _collectives_frame(recs, activity), names
 
     def _cpu_activity(self, spans: list[tuple]):
@@ -1269,7 +1277,7 @@ class _Collector:
             nm = names[name_ids[row]]
             op = normalise_op(a.coll_name if a is not None and isinstance(a.coll_name, str) else nm)
             peer = peer_of(tid[i], start[i]) if nm in ("gloo:send", "gloo:recv") else -1
-            recs.append(_coll_record(row, op, a, peer))
+            recs.append(_coll_record(row, op, a, peer, "gloo" if nm.startswith("gloo:") else ""))
         return activity, _collectives_frame(recs, activity), names
 
     def _p2p_peers(self):
@@ -1406,7 +1414,7 @@ def _plausible_rank(v: Any, limit: int = MAX_RANKS) -> bool:
 
 
 _COLL_COLUMNS = ["act_index", "op", "in_nelems", "out_nelems", "dtype", "pg_name", "pg_desc", "pg_ranks",
-                 "group_size", "peer"]
+                 "group_size", "peer", "family"]
 
 
 def _collectives_frame(recs: list[tuple], activity: pd.DataFrame) -> pd.DataFrame:
@@ -1420,10 +1428,11 @@ def _collectives_frame(recs: list[tuple], activity: pd.DataFrame) -> pd.DataFram
     return coll
 
 
-def _coll_record(row: int, op: str, a: Optional[_Args], peer: int) -> tuple:
-    """One collectives row from an activity row, its op and the event args (None when it had none)."""
+def _coll_record(row: int, op: str, a: Optional[_Args], peer: int, family: str = "") -> tuple:
+    """One collectives row from an activity row, its op, the event args (None when it had none) and the kernel
+    family (parsers/comm_kernels.py; "" when only the args or the launching CPU op said it is communication)."""
     if a is None:
-        return (row, op, -1, -1, "", "", "", "", -1, peer)
+        return (row, op, -1, -1, "", "", "", "", -1, peer, family)
     return (
         row, op,
         _i64(a.in_nelems),
@@ -1434,4 +1443,5 @@ def _coll_record(row: int, op: str, a: Optional[_Args], peer: int) -> tuple:
         str(a.pg_ranks) if a.pg_ranks is not None else "",
         _i64(a.group_size),
         peer,
+        family,
     )

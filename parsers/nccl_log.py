@@ -45,6 +45,10 @@ class NcclLog:
     n_lines: int
     warnings: list[str] = field(default_factory=list)
     family_counts: dict[str, int] = field(default_factory=dict)
+    #: the per-communicator channel summary lines (`N coll channels, … nvls channels, … p2p channels …`; -1 when the
+    #: NCCL version does not print that count), one row per line
+    channels: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(
+        {c: [] for c in ("host", "pid", "coll", "collnet", "nvls", "p2p", "p2p_per_peer", "line")}))
 
 
 def looks_like_nccl_log(head: bytes) -> bool:

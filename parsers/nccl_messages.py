@@ -60,6 +60,12 @@ NCCL_TESTS_RANK = re.compile(
     r"^#\s+Rank\s+(?P<rank>\d+) Group\s+(?P<group>\d+) Pid\s+(?P<pid>\d+) on\s+(?P<host>\S+) device\s+(?P<dev>\d+)"
 )
 NCCL_TESTS_FAIL = re.compile(r"Test NCCL failure (?P<file>[\w/.\-]+):(?P<line>\d+) '(?P<why>[^']*)'")
+# `%d coll channels, [%d collnet channels, ][%d nvls channels, ]%d p2p channels, %d p2p channels per peer`
+# (2.7-2.16 without collnet/nvls, 2.17-2.19 with nvls, 2.20+ with both; reference §2.5 "Connect summary").
+CHANNELS = re.compile(
+    r"^(?P<coll>\d+) coll channels,(?: (?P<collnet>\d+) collnet channels,)?(?: (?P<nvls>\d+) nvls channels,)?"
+    r" (?P<p2p>\d+) p2p channels, (?P<p2ppeer>\d+) p2p channels per peer\s*$"
+)
 # Shapes that look like a known family whose full regex failed: the line was cut off.
 CUT_HINT = re.compile(r"^(?:[A-Za-z]+: opCount |(?:\S+ )?comm 0x[0-9a-f]+ rank (?!.* - )|(?:Channel|Ring) \d+(?:/\d+)? : \d+)")
 
@@ -142,6 +148,10 @@ def classify_message(msg: str, level: str) -> tuple[str, re.Match | None]:
         return "trees", None
     if _TUNING.search(msg):
         return "tuning", None
+    if " coll channels," in msg:
+        m = CHANNELS.match(msg)
+        if m:
+            return "channels", m
     if CUT_HINT.match(msg):
         return "cut", None
     if msg.startswith(_KNOWN_PREFIXES) or " coll channels" in msg:

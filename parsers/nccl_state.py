@@ -27,6 +27,7 @@ NET_COLUMNS = ("host", "pid", "network", "interface", "address", "line", "role",
 ENV_COLUMNS = ("host", "pid", "name", "value", "line")
 COLL_COLUMNS = ("host", "pid", "comm", "op", "op_count", "count", "datatype", "red_op", "root", "nranks", "line",
                 "tid", "stream", "comm_id", "rank")
+CHANNEL_COLUMNS = ("host", "pid", "coll", "collnet", "nvls", "p2p", "p2p_per_peer", "line")
 WARN_COLUMNS = ("host", "pid", "src_file", "src_line", "message", "line", "timestamp", "tid", "func", "level",
                 "chain", "result_code")
 _INT_COLS = {"pid", "cuda_dev", "launcher_rank", "rank", "nranks", "nnodes", "local_ranks", "nvml_dev", "split_color",
@@ -78,6 +79,7 @@ class LogState:
         self.conns: list[list] = []
         self.nets: list[tuple] = []
         self.envs: list[tuple] = []
+        self.chans: list[tuple] = []
         self.colls: list[tuple] = []
         self.warns: list[dict] = []
         self.wd: list[dict] = []
@@ -203,6 +205,10 @@ class LogState:
             if val.endswith(".") and len(val) > 1:
                 val = val[:-1]
             self.envs.append((host, pid, mm.group("var"), val, lineno))
+        elif family == "channels":
+            g = mm.groupdict()
+            self.chans.append((host, pid, int64(g["coll"]), int64(g["collnet"] or "-1"), int64(g["nvls"] or "-1"),
+                               int64(g["p2p"]), int64(g["p2ppeer"]), lineno))
         elif family in ("using_network", "bootstrap", "net_socket", "net_ib"):
             self._net(lineno, host, pid, family, mm)
         elif family == "cut":
@@ -422,6 +428,7 @@ class LogState:
             self.conns = [[fix.get((r[0], r[1]), r[0])] + r[1:] for r in self.conns]
             self.nets = [(fix.get((r[0], r[1]), r[0]),) + r[1:] for r in self.nets]
             self.envs = [(fix.get((r[0], r[1]), r[0]),) + r[1:] for r in self.envs]
+            self.chans = [(fix.get((r[0], r[1]), r[0]),) + r[1:] for r in self.chans]
             self.colls = [(fix.get((r[0], r[1]), r[0]),) + r[1:] for r in self.colls]
         comms = _frame(self.comms, COMM_COLUMNS)
         procs = self._processes(comms)
@@ -439,7 +446,7 @@ class LogState:
             networks=_frame(self.nets, NET_COLUMNS), env=_frame(self.envs, ENV_COLUMNS), colls=colls,
             warns=_frame(self.warns, WARN_COLUMNS), watchdog=_frame(self.wd, WATCHDOG_COLUMNS),
             unrecognised=self.unrecognised, n_lines=n_lines, warnings=self._warnings(n_lines),
-            family_counts=dict(self.families),
+            family_counts=dict(self.families), channels=_frame(self.chans, CHANNEL_COLUMNS),
         )
 
     def _processes(self, comms: pd.DataFrame) -> pd.DataFrame:

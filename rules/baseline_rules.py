@@ -21,8 +21,10 @@ _CONFIRM = ("Open both runs' HTML reports (--html) side by side: the per-rank st
 def step_time_regression(ctx: Context) -> Iterator[Finding]:
     """With --baseline: the mean step time grew by more than the threshold (default +5 %).
 
-    This is what a CI gate on performance wants: the job got slower. Per-metric thresholds and the metrics
-    compared are in docs/json-schema.md (baseline section).
+    This is what a CI gate on performance wants: the job got slower. The evidence says what changed, as a trace
+    diff does: the kernels (CPU operators in a CPU-only trace) whose time per step grew most, the ones that
+    appeared or vanished, and the collectives whose count per step changed. Per-metric thresholds and the
+    metrics compared are in docs/json-schema.md (baseline section).
     """
     return iter(())
 
@@ -41,4 +43,16 @@ def comm_regression(ctx: Context) -> Iterator[Finding]:
           "NCCL version and algorithm between the runs.")
 def busbw_regression(ctx: Context) -> Iterator[Finding]:
     """With --baseline: mean bus bandwidth of a (process group, op) fell by more than 10 %."""
+    return iter(())
+
+
+@rule("BASE004", "The baseline is a job of another shape", "warning", confirm=_CONFIRM,
+      fix="Compare runs of the same job shape (world size, hosts, parallel degrees); to judge a re-layout, compare "
+          "step time and throughput per GPU by hand.")
+def baseline_shape(ctx: Context) -> Iterator[Finding]:
+    """With --baseline: world size, hosts, the roles and sizes of the process groups or the pipeline depth differ.
+
+    Metrics of two different jobs are not comparable (a step of TP=8 is not a step of TP=4), so no BASE001-003
+    verdict is given; the values and the trace diff stay in the baseline section for reading.
+    """
     return iter(())

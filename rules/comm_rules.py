@@ -37,37 +37,160 @@ def _rank_values(ctx: Context, key: str) -> dict[int, float]:
     return out
 
 
+_OVERLAP_SRC = ("the field's healthy ranges: DDP/FSDP gradient sync hides under backward (HTA and "
+                "PyTorch DDP overlap design: buckets reduce while later layers still compute backward), Megatron TP's "
+                "per-layer all-reduce blocks the next GEMM, so 60-70 % is already good with comm-GEMM overlap")
+_SHARE_SRC = ("the field's healthy ranges: data-parallel sync ≤ 10 % of the step, tensor-parallel "
+              "collectives ≤ 30 % (Megatron-LM scaling studies keep TP inside NVLink for this reason)")
+OVERLAP_TARGET = {"dp": "dp_overlap_min", "fsdp": "dp_overlap_min", "tp": "tp_overlap_min"}
+SHARE_LIMIT = {"dp": "dp_comm_share_max", "fsdp": "dp_comm_share_max", "tp": "tp_comm_share_max"}
+ROLE_NAME = {"dp": "data-parallel", "fsdp": "FSDP", "tp": "tensor-parallel", "ep": "expert-parallel",
+             "pp": "pipeline", "unknown": "unclassified"}
+
+
+def _roles(ctx: Context) -> list[dict]:
+    """cross_rank.roles rows (per-role comm share, overlap, exposed share); [] when there is no cross-rank data."""
+    return [r for r in (ctx.cross.get("roles") or []) if num(r.get("comm_share"))]
+
+
+def dp_reductions(ctx: Context) -> Optional[tuple[float, float]]:
+    """(gradient reductions per step, mean bytes) of the data-parallel groups, from cross_rank.collectives."""
+    steps = ctx.n_steps()
+    dp = {str(g.get("name")) for g in ctx.groups() if str(g.get("judged_role") or g.get("role")) in ("dp", "fsdp")}
+    rows = [r for r in (ctx.cross.get("collectives") or {}).get("by_group_op") or []
+            if str(r.get("process_group")) in dp and str(r.get("op")) in ("allreduce", "reducescatter")]
+    count = sum(num(r.get("count")) or 0 for r in rows)
+    nbytes = sum(num(r.get("bytes")) or 0 for r in rows)
+    if not steps or not count:
+        return None
+    per_group = max(1, len({str(r.get("process_group")) for r in rows}))
+    return count / steps / per_group, nbytes / count
+
+
+_NOTHING_OVERLAPS = (
+    "Nothing overlaps: the gradient reduction only starts once backward has finished. With DDP the gradients then "
+    "fit in one or two buckets, or something delays the hooks (a manual all_reduce after backward, "
+    "find_unused_parameters=True, no_sync on every step): lower bucket_cap_mb (e.g. 25 → 5-10 MB) so the first "
+    "buckets are ready early in backward, and let DDP's hooks reduce; with FSDP use backward_prefetch=BACKWARD_PRE.")
+
+
+def _bucket_advice(ctx: Context, coverage: Optional[float] = None) -> str:
+    """COMM001's DDP bucket advice from how many gradient reductions run per step and how large they are."""
+    red = dp_reductions(ctx)
+    if red is None:
+        return _NOTHING_OVERLAPS if coverage is not None and coverage < 0.05 else ""
+    per_step, mean = red
+    if per_step <= ctx.t("few_reductions_per_step"):
+        return (f"Only {per_step:.0f} gradient reduction(s) per step of {mb(mean)} each: they can start only once "
+                f"the bucket is full, late in backward. Lower bucket_cap_mb (e.g. 25 → {max(1, int(mean / 4e6))} MB) "
+                "so the first buckets are reduced while backward still runs.")
+    if per_step >= ctx.t("small_coll_per_step") and mean < ctx.t("small_coll_max_bytes"):
+        return (f"{per_step:.0f} gradient reductions per step of {mb(mean)} each: each pays NCCL's latency. Raise "
+                "bucket_cap_mb (25 → 50-100) so fewer, larger buckets overlap backward.")
+    return _NOTHING_OVERLAPS if coverage is not None and coverage < 0.05 else ""
+
+
 @rule("COMM001", "Low overlap of communication with compute", "warning",
       thresholds=(Threshold("dp_overlap_min", 0.9, "fraction",
-                            "data-parallel jobs: report when less of the communication time overlaps compute"),
+                            "data-parallel / FSDP groups: report when less of their communication time overlaps compute",
+                            source=_OVERLAP_SRC),
                   Threshold("tp_overlap_min", 0.6, "fraction",
-                            "jobs with tensor-parallel groups (blocking per-layer collectives): report below this"),
+                            "tensor-parallel groups (blocking per-layer collectives): report below this",
+                            source=_OVERLAP_SRC),
                   Threshold("overlap_severe", 0.2, "fraction",
-                            "a data-parallel job below this coverage gets a warning; between it and "
-                            "dp_overlap_min an info (comm longer than the compute it could hide under)"),
+                            "without per-role data: a data-parallel job below this coverage gets a warning; between it "
+                            "and dp_overlap_min an info",
+                            source="a DDP job whose buckets start only after backward overlaps < 20 % (the hooks fire "
+                                   "late); above it some buckets do hide, which is a tuning question"),
                   Threshold("exposed_comm_min", 0.05, "fraction",
-                            "ignore low overlap when the exposed (non-overlapped) comm is below this share "
-                            "of step time")),
+                            "ignore low overlap when the exposed (non-overlapped) comm is below this share of step time",
+                            source="below 5 % of the step perfect overlap would save less than run-to-run noise "
+                                   "(step spread limit step_spread_max)"),
+                  Threshold("role_exposed_warn", 0.10, "fraction",
+                            "a role's exposed communication at or above this share of the step is a warning (below: info)",
+                            source="the data-parallel comm-share limit (10 %): exposed time costs the step one to one, "
+                                   "so 10 % exposed is the whole healthy DP budget spent on waiting"),
+                  Threshold("few_reductions_per_step", 2, "calls/step",
+                            "at most this many gradient reductions per step: advise a lower bucket_cap_mb",
+                            source="DDP's default 25 MB bucket: a model whose gradients fill 1-2 buckets starts its "
+                                   "first reduction only near the end of backward")),
       explains=("COMM002",),
       confirm="Open the trace of a reported rank: gradient all-reduce / reduce-scatter kernels run after the "
-              "backward kernels instead of on a separate stream during them.",
+              "backward kernels instead of on a separate stream during them; the per-role table "
+              "(cross_rank.roles) gives each role's comm share, overlap and exposed share.",
       fix="Let DDP/FSDP overlap: do not call all-reduce manually after backward; keep DDP's bucketed hooks "
           "(bucket_cap_mb 25-100; find_unused_parameters=False; static_graph=True), FSDP backward_prefetch="
           "BACKWARD_PRE and forward_prefetch=True; for TP use sequence parallelism / async TP "
-          "(TransformerEngine comm-GEMM overlap).")
+          "(TransformerEngine comm-GEMM overlap); for EP overlap dispatch/combine with the other micro-batch "
+          "(DeepEP's two-micro-batch schedule).")
 def low_overlap(ctx: Context) -> Iterator[Finding]:
-    """Much of the communication time runs while no compute runs (overlap coverage below target).
+    """The communication of a process-group role runs while no compute runs: it costs step time one to one.
 
-    overlap coverage = |∪comm ∩ ∪compute| / |∪comm| (docs/metrics.md, HTA's definition). Data-parallel gradient
-    sync can hide almost completely under backward (target ≥ 90 %); tensor-parallel collectives are blocking
-    per layer, so ≥ 60 % is already good. The report has one job-wide coverage, not one per group role, so
-    a job with TP groups is judged against the TP target. Severity warning when a pure data-parallel job
-    hides less than overlap_severe of its communication, info otherwise (with pipeline or expert parallelism
-    the blocking P2P / all-to-all time is judged by the PIPE / MOE rules); whole-trace (no ProfilerStep)
-    and CPU-only (gloo: comm spans include the wait for peers) traces give info only, and so do trace sets
-    missing ranks of the world (comm time may be waiting for ranks that are not there to see).
-    Cost: the exposed comm share (the most that perfect overlap could save).
+    Judged per role (cross_rank.roles: each rank's comm of that role's groups, clipped to its steps and
+    intersected with its compute): DP and FSDP should hide ≥ dp_overlap_min of their communication under
+    backward, TP ≥ tp_overlap_min (its per-layer all-reduce blocks the next GEMM); EP and unclassified roles have no
+    overlap target but are reported when their exposed communication is a material share of the step; pipeline
+    send/recv is the PIPE rules' business. A role is reported when it misses its target and its exposed
+    communication is at least exposed_comm_min of the step; a warning from role_exposed_warn on, else info.
+    Whole-trace (no ProfilerStep) traces and trace sets missing ranks of the world give info only (comm time may
+    be waiting for ranks that are not there to see). The DDP advice depends on how many gradient reductions run per
+    step (few large ones → lower bucket_cap_mb; many small ones → raise it). Without per-role data the job-wide
+    coverage is judged against the DP target (the TP one with TP groups). Cost: the role's exposed share.
     """
+    roles = _roles(ctx)
+    if roles:
+        yield from _per_role(ctx, roles)
+        return
+    yield from _job_wide(ctx)
+
+
+def _per_role(ctx: Context, roles: list[dict]) -> Iterator[Finding]:
+    caveat = ctx.whole_trace_only() or bool((ctx.report.get("job") or {}).get("missing_ranks"))
+    # worst first: findings on the same ranks merge into the first one (rules/engine.py merge_duplicates)
+    for r in sorted(roles, key=lambda x: -(num(x.get("exposed_comm_share")) or 0.0)):
+        role = str(r.get("role"))
+        if role == "pp":
+            continue
+        cov, exposed, share = num(r.get("overlap_coverage")), num(r.get("exposed_comm_share")), num(r.get("comm_share"))
+        if cov is None or exposed is None or exposed < ctx.t("exposed_comm_min"):
+            continue
+        target = ctx.t(OVERLAP_TARGET[role]) if role in OVERLAP_TARGET else None
+        if target is not None and cov >= target:
+            continue
+        if target is None and exposed < ctx.t("role_exposed_warn"):
+            continue
+        severe = exposed >= ctx.t("role_exposed_warn") and not caveat
+        groups = [str(x) for x in r.get("groups") or []]
+        gs = [ctx.group(g) or {} for g in groups]
+        ranks = sorted({int(x) for g in gs for x in g.get("ranks") or []} | {int(x) for x in r.get("ranks") or []})
+        name = ROLE_NAME.get(role, role)
+        ev = [Evidence(f"{name} communication: {pct(share)} of step time, {pct(cov)} of it overlapped by compute"
+                       + (f" (target ≥ {pct(target)})" if target is not None else "")),
+              Evidence(f"exposed {name} communication {pct(exposed)} of step time "
+                       f"({num(r.get('exposed_comm_us')) or 0:.0f} µs per rank over the traced steps); groups "
+                       f"{', '.join(groups[:6])}{' …' if len(groups) > 6 else ''}")]
+        if ctx.cpu_only():
+            ev.append(Evidence("CPU-only (gloo) trace: a gloo span also counts the wait for the slowest peer"))
+        fix = ""
+        if role in ("dp", "fsdp"):
+            fix = _bucket_advice(ctx, cov)
+            red = dp_reductions(ctx)
+            if red is not None:
+                ev.append(Evidence(f"{red[0]:.1f} gradient reduction(s) per step per group, mean {mb(red[1])}"))
+        elif role == "ep":
+            fix = ("Overlap expert dispatch/combine with compute: split the batch into two micro-batches and run one's "
+                   "all-to-all while the other computes (DeepEP's hook-based low-latency mode frees the SMs), or "
+                   "reduce all-to-all bytes (FP8 dispatch, fewer experts per token across nodes).")
+        yield Finding(title=f"{pct(exposed)} of step time is exposed {name} communication "
+                            f"(overlap {pct(cov)}{', target ≥ ' + pct(target) if target is not None else ''})",
+                      fix=fix, severity="warning" if severe else "info", confidence=0.8 if severe else 0.6,
+                      evidence=ev, cost=exposed,
+                      subject=Subject(ranks=ranks, process_group=groups[0] if len(groups) == 1 else None),
+                      involved=set(ranks) | set(ctx.report.get("job", {}).get("ranks") or []),
+                      extra={"role": role})
+
+
+def _job_wide(ctx: Context) -> Iterator[Finding]:
     cov = num(ctx.summary.get("overlap_coverage"))
     exposed = num(ctx.summary.get("exposed_comm_share"))
     if cov is None or exposed is None or exposed < ctx.t("exposed_comm_min"):
@@ -88,15 +211,8 @@ def low_overlap(ctx: Context) -> Iterator[Finding]:
     if low:
         worst = min(low, key=low.get)
         ev.append(Evidence(f"lowest: rank {worst} at {pct(low[worst])}; {len(low)} rank(s) below target"))
-    fix = ""
-    if not tp and not pipeline and cov < 0.05:  # nothing at all overlaps: the reduction starts after backward
-        fix = ("Nothing overlaps: the gradient reduction only starts once backward has finished. With DDP the "
-               "gradients then fit in one or two buckets, or something delays the hooks (a manual all_reduce "
-               "after backward, find_unused_parameters=True, no_sync on every step): lower bucket_cap_mb (e.g. "
-               "25 → 5-10 MB) so the first buckets are ready early in backward, and let DDP's hooks reduce; "
-               "with FSDP use backward_prefetch=BACKWARD_PRE.")
     yield Finding(title=f"Only {pct(cov)} of communication overlaps compute ({pct(exposed)} of step time exposed)",
-                  fix=fix,
+                  fix=_bucket_advice(ctx, cov) if not tp and not pipeline else "",
                   severity="warning" if severe else "info", confidence=0.8 if severe else 0.6, evidence=ev,
                   cost=exposed, subject=Subject(ranks=sorted(low), process_group=None if g is None else
                                                 str(g.get("name"))),
@@ -105,20 +221,43 @@ def low_overlap(ctx: Context) -> Iterator[Finding]:
 
 @rule("COMM002", "High communication share of step time", "info",
       thresholds=(Threshold("dp_comm_share_max", 0.10, "fraction",
-                            "data-parallel jobs: report when communication takes more of the step"),
+                            "data-parallel / FSDP groups: report when their communication takes more of the step",
+                            source=_SHARE_SRC),
                   Threshold("tp_comm_share_max", 0.30, "fraction",
-                            "jobs with tensor-parallel groups: report when communication takes more of the step")),
-      confirm="Per-rank comm share in the metrics table; compare busbw with nccl-tests on the same hosts.",
+                            "tensor-parallel groups: report when their communication takes more of the step",
+                            source=_SHARE_SRC)),
+      confirm="Per-role comm share in cross_rank.roles; compare busbw with nccl-tests on the same hosts.",
       fix="Send less or less often: gradient accumulation (no_sync() for all but the last micro-step), a larger "
           "per-GPU batch, bf16 gradients / communication hooks (bf16_compress_hook, PowerSGD), ZeRO stage or "
           "TP degree appropriate for the network; check the link bandwidth (NET rules).")
 def high_comm_share(ctx: Context) -> Iterator[Finding]:
-    """Communication occupies a large part of every step (comm share = |∪comm| / step time).
+    """Communication of a role occupies a large part of every step (comm share = |∪comm| / step time).
 
-    Waiting inside a collective for a late rank counts as communication time, so a straggler inflates this
-    number (LOAD001 lists it as a consequence then). Informational: a high share hidden under compute costs
-    little; COMM001 judges the exposed part.
+    Judged per role (cross_rank.roles): DP/FSDP against dp_comm_share_max, TP against tp_comm_share_max; EP and
+    PP have no healthy range of their own here (their traffic follows the model and the schedule). Waiting
+    inside a collective for a late rank counts as communication time, so a straggler inflates this number
+    (LOAD001 lists it as a consequence then). Informational: a high share hidden under compute costs little;
+    COMM001 judges the exposed part. Without per-role data the job-wide share is judged (TP limit with TP groups).
     """
+    roles = _roles(ctx)
+    if roles:
+        for r in roles:
+            role = str(r.get("role"))
+            share = num(r.get("comm_share"))
+            if role not in SHARE_LIMIT or share is None or share <= ctx.t(SHARE_LIMIT[role]):
+                continue
+            limit = ctx.t(SHARE_LIMIT[role])
+            groups = [str(x) for x in r.get("groups") or []]
+            ranks = sorted(int(x) for x in r.get("ranks") or [])
+            yield Finding(title=f"{ROLE_NAME.get(role, role).capitalize()} communication takes {pct(share)} of step "
+                                f"time (limit {pct(limit)})", confidence=0.6,
+                          evidence=[Evidence(f"{role} comm share {pct(share)}, exposed "
+                                             f"{pct(num(r.get('exposed_comm_share')))}, overlap "
+                                             f"{pct(num(r.get('overlap_coverage')))}; groups {', '.join(groups[:6])}")],
+                          cost=num(r.get("exposed_comm_share")),
+                          subject=Subject(ranks=ranks, process_group=groups[0] if len(groups) == 1 else None),
+                          involved=set(ranks), extra={"role": role})
+        return
     share = num(ctx.summary.get("comm_share"))
     if share is None:
         return
@@ -136,9 +275,14 @@ def high_comm_share(ctx: Context) -> Iterator[Finding]:
 
 @rule("COMM003", "Many small, latency-bound collectives (gradient buckets too small)", "warning",
       thresholds=(Threshold("small_coll_per_step", 20, "calls/step",
-                            "report a data-parallel group/op issuing at least this many collectives per step …"),
+                            "report a data-parallel group/op issuing at least this many collectives per step …",
+                            source="DDP's default 25 MB buckets give a few reductions per step for models up to "
+                                   "~0.5 B parameters; 20+ per step means buckets of a few MB or per-parameter "
+                                   "reductions"),
                   Threshold("small_coll_max_bytes", 1e6, "bytes",
-                            "… whose mean size is below this (NCCL is latency-bound below ~1-4 MB per call)")),
+                            "… whose mean size is below this (NCCL is latency-bound below ~1-4 MB per call)",
+                            source="α-β model with NCCL's ring latency (8.4 µs + 5.7-6.6 µs per hop, "
+                                   "src/graph/tuning.cc): below ~1 MB latency is over half the time on any link")),
       explains=("COMM001", "COMM002"),
       confirm="Count the all-reduce (reduce-scatter) kernels per ProfilerStep in a trace and their sizes "
               "(In msg nelems × dtype); compare their busbw with nccl-tests at 25 MB.",

@@ -23,6 +23,8 @@ class RuleConfig:
     ignore: list[str] = field(default_factory=list)
     thresholds: dict[str, float] = field(default_factory=dict)
     source: Optional[str] = None
+    #: extra communication-kernel patterns ({pattern, op, family}; parsers/comm_kernels.py), from comm-kernels
+    comm_kernels: list[dict] = field(default_factory=list)
 
     def enabled(self, rule_id: str) -> bool:
         """Longest matching selector decides (ruff-like); a tie goes to ignore; 'ALL' matches everything."""
@@ -113,10 +115,11 @@ def load_config_file(path: Path) -> RuleConfig:
         table = data if path.name == "analyze.toml" else {}
     where = f"{path} [tool.analyze]" if path.name == "pyproject.toml" else str(path)
     cfg = RuleConfig(source=str(path))
-    known = {"select", "ignore", "extend-select", "extend_select", "thresholds"}
+    known = {"select", "ignore", "extend-select", "extend_select", "thresholds", "comm-kernels", "comm_kernels"}
     extra = sorted(set(table) - known)
     if extra:
-        raise ConfigError(f"{where}: unknown key(s) {extra} (known: select, ignore, extend-select, thresholds)")
+        raise ConfigError(f"{where}: unknown key(s) {extra} (known: select, ignore, extend-select, thresholds, "
+                          "comm-kernels)")
     if "select" in table:
         cfg.select = _split(_as_list(table["select"], where, "select"))
     cfg.select += _split(_as_list(table.get("extend-select", table.get("extend_select", [])), where, "extend-select"))
@@ -126,7 +129,23 @@ def load_config_file(path: Path) -> RuleConfig:
     if not isinstance(th, dict):
         raise ConfigError(f"{where}: thresholds must be a table of NAME = number")
     cfg.thresholds = dict(_parse_threshold(k, v, where) for k, v in th.items())
+    cfg.comm_kernels = _comm_kernels(table.get("comm-kernels", table.get("comm_kernels", [])), where)
     return cfg
+
+
+def _comm_kernels(value: Any, where: str) -> list[dict]:
+    """The user's communication-kernel patterns: an array of tables {pattern, op?, family?}, validated."""
+    from parsers.comm_kernels import user_families
+    if isinstance(value, dict):
+        value = [value]
+    if not isinstance(value, list):
+        raise ConfigError(f"{where}: comm-kernels must be an array of tables "
+                          "([[tool.analyze.comm-kernels]] pattern = \"...\", op = \"allreduce\")")
+    try:
+        user_families(value)
+    except ValueError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    return [dict(v) for v in value]
 
 
 def _as_list(v: Any, where: str, key: str) -> list:

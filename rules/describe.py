@@ -5,6 +5,7 @@ import textwrap
 from typing import Optional
 
 from rules.registry import THRESHOLDS, get_rule, sorted_rules
+from rules.threshold_sources import source_of
 
 
 def _fmt(v: float) -> str:
@@ -34,6 +35,8 @@ def explain(rule_id: str, thresholds: Optional[dict[str, float]] = None) -> str:
             note = "" if cur == t.default else f" (default {_fmt(t.default)})"
             out.append(f"  {t.name} = {_fmt(cur)} {t.unit}{note}")
             out.extend("      " + s for s in textwrap.wrap(t.doc, 100))
+            if source_of(t):
+                out.extend("      " + s for s in textwrap.wrap("source: " + source_of(t), 100))
         out.append("")
     if r.confirm:
         out += ["how to confirm:"] + ["  " + s for s in textwrap.wrap(r.confirm, 100)] + [""]
@@ -55,10 +58,10 @@ def markdown_table() -> str:
 def threshold_table() -> str:
     """Markdown table of every threshold (docs/rules.md)."""
     sorted_rules()  # registers every rule (and its thresholds)
-    lines = ["| threshold | default | unit | meaning |", "|---|---|---|---|"]
+    lines = ["| threshold | default | unit | meaning | where the number comes from |", "|---|---|---|---|---|"]
     for name in sorted(THRESHOLDS):
         t = THRESHOLDS[name]
-        lines.append(f"| `{t.name}` | {_fmt(t.default)} | {t.unit} | {t.doc} |")
+        lines.append(f"| `{t.name}` | {_fmt(t.default)} | {t.unit} | {t.doc} | {source_of(t) or '(not stated)'} |")
     return "\n".join(lines) + "\n"
 
 

@@ -1,7 +1,8 @@
 """`python -m rules.readme`: print the Markdown rule table that README.md holds between its rules markers.
 
 `python -m rules.readme --write` rewrites that table in README.md and the generated sections of docs/rules.md
-(the table, the thresholds and the catalog) from the registry, so both stay in step with the rules.
+(the table, the thresholds and the catalog) from the registry, so both stay in step with the rules, and the
+communication-kernel table of docs/metrics.md from parsers/comm_kernels.py.
 """
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ import re
 import sys
 from pathlib import Path
 
+from parsers.comm_kernels import markdown_table as comm_markdown_table
 from rules.describe import markdown_table, rules_doc_sections
 
 START, END = "<!-- rules:start -->", "<!-- rules:end -->"
+COMM_START, COMM_END = "<!-- comm-kernels:start -->", "<!-- comm-kernels:end -->"
 
 
 def write(root: Path) -> None:
@@ -25,6 +28,10 @@ def write(root: Path) -> None:
     for heading, body in rules_doc_sections().items():
         text = _replace_section(text, heading, body.strip("\n"))
     doc.write_text(text, encoding="utf-8")
+    metrics = root / "docs" / "metrics.md"
+    text = metrics.read_text(encoding="utf-8")
+    a, b = text.index(COMM_START) + len(COMM_START), text.index(COMM_END)
+    metrics.write_text(text[:a] + "\n" + comm_markdown_table() + text[b:], encoding="utf-8")
 
 
 def _replace_section(text: str, heading: str, body: str) -> str:

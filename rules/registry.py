@@ -16,6 +16,8 @@ class Threshold:
     default: float
     unit: str
     doc: str
+    #: where the default number comes from (a measurement, a source, or the reasoning), shown in docs/rules.md
+    source: str = ""
 
 
 @dataclass

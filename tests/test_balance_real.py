@@ -41,8 +41,14 @@ def _runs(mode: tuple, held_out: bool) -> list[str]:
     return out
 
 
+#: true warnings on clean CPU runs: gloo's all-reduces share the two cores with compute, so their exposed
+#: data-parallel communication is real (12-28 % of the step; docs/rules.md, "Findings on clean data")
+TRUE_ON_CLEAN = {"COMM001"}
+
+
 def _loud(rep: dict) -> list[tuple]:
-    return [(f["id"], f["subject"]["ranks"]) for f in rep["findings"] if f["severity"] in ("error", "warning")]
+    return [(f["id"], f["subject"]["ranks"]) for f in rep["findings"] if f["severity"] in ("error", "warning")
+            and f["id"] not in TRUE_ON_CLEAN]
 
 
 def _check_straggler_run(run: str) -> None:

@@ -108,8 +108,13 @@ def test_2_16_commid_and_chunksize():
 
 def test_2_17_nvls_channels():
     log = parse("2 coll channels, 0 nvls channels, 2 p2p channels, 2 p2p channels per peer",
-                "NVLS multicast support is not available on dev 0")
-    assert log.family_counts == {"known": 2}
+                "NVLS multicast support is not available on dev 0",
+                "24 coll channels, 0 collnet channels, 16 nvls channels, 32 p2p channels, 32 p2p channels per peer",
+                "2 coll channels, 2 p2p channels, 2 p2p channels per peer")
+    assert log.family_counts == {"channels": 3, "known": 1}
+    ch = log.channels
+    assert ch[["coll", "collnet", "nvls", "p2p", "p2p_per_peer"]].values.tolist() == [
+        [2, -1, 0, 2, 2], [24, 0, 16, 32, 32], [2, -1, -1, 2, 2]]  # -1: the version does not print that count
 
 
 def test_2_18_1_cumem():

@@ -34,8 +34,9 @@ def _same(a, b) -> None:
     assert (None if a.salvage is None else {k: v for k, v in a.salvage.items() if k not in _CUT_KEYS}) == b.salvage
     for f in ("activity", "collectives", "steps", "annotations"):
         got, want = getattr(a, f), getattr(b, f)
-        # columns added after the reference was frozen (the launching CPU thread) are compared elsewhere
-        assert set(got.columns) - set(want.columns) <= {"launch_tid"}
+        # columns added after the reference was frozen (the launching CPU thread, the kernel family) are compared
+        # elsewhere
+        assert set(got.columns) - set(want.columns) <= {"launch_tid", "family"}
         pd.testing.assert_frame_equal(got[list(want.columns)], want, check_exact=True)
 
 

@@ -164,15 +164,19 @@ def _coll(**row):
 
 
 def test_low_busbw():
-    f = first(_coll(mean_busbw_gbps=5.0))
+    """NET004 judges measured busbw against the expected busbw of the row's link class at its message size."""
+    row = dict(nominal_busbw_gbps=25.0, expected_busbw_gbps=24.0)
+    f = first(_coll(mean_busbw_gbps=5.0, **row))
     assert f.id == "NET004" and f.subject.process_group == "0"
-    # cost: transfer 12 × 2000 µs = 24 ms of 30 ms traced, half of it lost at 5 vs 10 GB/s
-    assert f.cost == pytest.approx(24000 * 0.5 / 30000)
-    assert ids(_coll(mean_busbw_gbps=5.0, bytes=12 * 1e6)) == []          # small messages: latency-bound
-    assert ids(_coll(mean_busbw_gbps=5.0, link_class="socket")) == ["NET002"]  # sockets: NET002's business
-    assert ids(_coll(mean_busbw_gbps=50.0, link_class="nvlink")) == ["NET004"]
-    assert ids(_coll(mean_busbw_gbps=150.0, link_class="nvlink")) == []
-    assert ids(_coll(mean_busbw_gbps=5.0), thresholds={"busbw_ib_min_gbps": 4.0}) == []
+    # cost: transfer 12 × 2000 µs = 24 ms of 30 ms traced; 5 of an expected 24 GB/s
+    assert f.cost == pytest.approx(24000 * (1 - 5.0 / 24.0) / 30000)
+    assert ids(_coll(mean_busbw_gbps=20.0, **row)) == []                        # ≥ 80 % of expected
+    assert ids(_coll(mean_busbw_gbps=5.0, bytes=12 * 0.5e6, **row)) == []       # below busbw_min_bytes
+    assert ids(_coll(mean_busbw_gbps=5.0, link_class="socket", **row)) == ["NET002"]  # sockets: NET002's business
+    assert ids(_coll(mean_busbw_gbps=5.0)) == []                                # no expected value: not judged
+    assert ids(_coll(mean_busbw_gbps=5.0, **row), thresholds={"busbw_min_frac": 0.2}) == []
+    # the optional fixed floor still works for configurations that set it
+    assert ids(_coll(mean_busbw_gbps=5.0), thresholds={"busbw_ib_min_gbps": 10.0}) == ["NET004"]
 
 
 def _summary(rep, **kw):

@@ -15,8 +15,10 @@ import pandas as pd
 from analyzer.cross_rank import align as al_mod
 from analyzer.cross_rank import collectives as co
 from analyzer.cross_rank import desync as ds
+from analyzer.cross_rank import links as lk
 from analyzer.cross_rank import pipeline as pl
 from analyzer.cross_rank import stragglers as sg
+from analyzer.cross_rank.roles import role_metrics
 from analyzer.load.job import Job
 from analyzer.cross_rank.topology import Hosts, declared_groups, group_span, infer_role, resolve_hosts
 from analyzer.rank import intervals as iv
@@ -167,10 +169,35 @@ def _groups_section(job: Job, cr: CrossRank) -> list[dict]:
         per_step = len(coll_sub) / nsteps if len(coll_sub) else 0.0
         hs, span = group_span(ranks, cr.hosts)
         role, evidence = infer_role(name, ranks, world, ops, per_step, pos.get(name))
+        # the world group is judged by what it carries (a plain DDP job's only group is its DP group)
+        judged = world_group_role(ops) if role == "world" else role
         out.append({"name": name, "desc": g.desc if g is not None else "", "ranks": ranks, "size": len(ranks),
                     "hosts": hs, "n_hosts": len(hs) if cr.hosts.known else None, "span": span, "role": role,
-                    "evidence": evidence, "ops": ops})
+                    "judged_role": judged, "evidence": evidence, "ops": ops})
     return out
+
+
+def world_group_role(ops: dict[str, int]) -> str:
+    """The role a world-spanning group is judged by, from the traffic it carries.
+
+    Send/recv ≥ half → pp; all-to-all (or NCCL SendRecv kernels, how torchrec and DLRM build theirs) ≥ half → ep;
+    parameter all-gathers at least as many as the gradient reductions (reduce-scatter, or all-reduce / 2 on gloo,
+    which has no reduce-scatter) → fsdp; any all-reduce / reduce-scatter → dp. The "early in the step" TP test of
+    infer_role is not used here: a DDP job's buffer broadcasts and a DLRM's embedding exchange also start early.
+    """
+    total = sum(ops.values())
+    if not total:
+        return "unknown"
+    if (ops.get("send", 0) + ops.get("recv", 0)) / total >= 0.5:
+        return "pp"
+    if (ops.get("alltoall", 0) + ops.get("sendrecv", 0)) / total >= 0.5:
+        return "ep"
+    ag, rs, ar = ops.get("allgather", 0), ops.get("reducescatter", 0), ops.get("allreduce", 0)
+    if ag and ag >= rs + ar / 2:
+        return "fsdp"
+    if ar or rs:
+        return "dp"
+    return "unknown"
 
 
 def _first_positions(job: Job, cr: CrossRank) -> dict:
@@ -199,28 +226,57 @@ def _first_positions(job: Job, cr: CrossRank) -> dict:
     return df.groupby("process_group")["pos"].median().dropna().to_dict()
 
 
-_NETWORK_LINK = {"socket": "socket", "ib": "ib"}
+def _link_evidence(job: Job) -> lk.LinkEvidence:
+    """NCCL log evidence about the job's links, computed once per job."""
+    if "link_evidence" not in job.cache:
+        job.cache["link_evidence"] = lk.log_evidence(list(job.nccl_logs or []))
+    return job.cache["link_evidence"]
 
 
-def _inter_node_link(job: Job) -> str:
-    """Link class between nodes: the network NCCL's logs say it selected (Socket / IB), else InfiniBand assumed."""
-    if "inter_node_link" not in job.cache:
-        chosen = set()
-        for log in job.nccl_logs:
-            net = getattr(log, "networks", None)
-            if net is not None and len(net) and "role" in net.columns:
-                chosen |= {str(n).lower() for n in net.loc[net["role"] == "selected", "network"]}
-        links = {_NETWORK_LINK.get(n, "ib") for n in chosen}
-        job.cache["inter_node_link"] = "socket" if "socket" in links else "ib"
-    return job.cache["inter_node_link"]
+def group_link(job: Job, group: dict) -> lk.Link:
+    """Link class and nominal busbw of one process group (analyzer/cross_rank/links.py)."""
+    ranks = [r for r in group.get("ranks") or [] if r in job.traces]
+    cpu = any(t.device_type == "cpu" for t in job.traces.values())
+    names = [job.traces[r].meta.get("gpu_name") for r in ranks] or \
+        [t.meta.get("gpu_name") for t in job.traces.values()]
+    gpu = next((g for g in (lk.gpu_of(n) for n in names) if g is not None), None)
+    return lk.classify(str(group.get("span", "unknown")), cpu, gpu, _link_evidence(job))
 
 
 def _link_class(job: Job, span: str) -> str:
-    if any(t.device_type == "cpu" for t in job.traces.values()):
-        return "socket"
-    if span == "inter_node":
-        return _inter_node_link(job)
-    return {"intra_node": "nvlink"}.get(span, "unknown")
+    """Link class of a span for the whole job (kept for callers that know only the span)."""
+    return group_link(job, {"span": span, "ranks": []}).link_class
+
+
+def _link_section(job: Job, links: dict[str, lk.Link]) -> dict:
+    """`cross_rank.links`: per class the groups, nominal busbw and its source; the NCCL log facts and causes."""
+    ev = _link_evidence(job)
+    classes: dict[str, dict] = {}
+    for name, link in links.items():
+        c = classes.setdefault(link.link_class, {**link.to_dict(), "groups": []})
+        c["groups"].append(name)
+    causes = {}
+    for link in links.values():
+        for c in lk.low_busbw_causes(link, ev):
+            row = {"text": c[0], "file": c[1], "line": c[2], "link_class": link.link_class}
+            if len(c) > 3:
+                row["cap_gbps"] = c[3]
+            causes.setdefault(c[0], row)
+    return {"classes": sorted(classes.values(), key=lambda c: c["link_class"]),
+            "facts": [{"text": t, "file": f, "line": ln} for t, f, ln in ev.facts],
+            "env": {k: v[0] for k, v in sorted(ev.env.items())},
+            "coll_channels": ev.coll_channels, "nvls": ev.nvls, "gdr": ev.gdr,
+            "causes": list(causes.values())}
+
+
+def _judge_busbw(link: lk.Link, op: str, n: int, nbytes: Optional[float], count: int,
+                 busbw: Optional[float]) -> dict:
+    """Expected busbw at the row's mean message size and the measured / expected ratio."""
+    from analyzer.cross_rank.collectives import busbw_factor
+    mean = (nbytes / count) if nbytes and count else None
+    exp = lk.expected_busbw(link, op, n, mean or 0, busbw_factor(op if op not in ("send", "recv") else "sendrecv", n))
+    eff = (busbw / exp) if (exp and busbw is not None) else None
+    return {"nominal_busbw_gbps": link.nominal_gbps, "expected_busbw_gbps": exp, "busbw_efficiency": eff}
 
 
 def cross_rank_section(job: Job, gpus_per_node: Optional[int] = None) -> dict:
@@ -238,17 +294,24 @@ def cross_rank_section(job: Job, gpus_per_node: Optional[int] = None) -> dict:
         "alignment": cr.alignment.to_dict(),
         "process_groups": groups,
     }
+    links = {g["name"]: group_link(job, g) for g in groups}
+    section["links"] = _link_section(job, links)
     if len(inst):
         by = []
         for (pg, op), g in inst.groupby(["process_group", "op"], sort=True):
+            link = links.get(pg) or group_link(job, {"span": span_of.get(pg, "unknown"), "ranks": []})
+            nbytes = int(g["bytes"].clip(lower=0).sum()) if (g["bytes"] >= 0).any() else None
+            busbw = _nanmean(g["busbw_gbps"])
+            size = int(g["group_size"].max()) if "group_size" in g else 0
             by.append({"process_group": pg, "op": op, "role": role_of.get(pg), "count": int(len(g)),
-                       "bytes": int(g["bytes"].clip(lower=0).sum()) if (g["bytes"] >= 0).any() else None,
+                       "bytes": nbytes,
                        "mean_bytes": float(g.loc[g["bytes"] >= 0, "bytes"].mean()) if (g["bytes"] >= 0).any()
                        else None,
                        "mean_transfer_us": float(g["transfer_ns"].mean()) / 1e3,
-                       "mean_busbw_gbps": _nanmean(g["busbw_gbps"]),
+                       "mean_busbw_gbps": busbw,
                        "mean_algbw_gbps": _nanmean(g["algbw_gbps"]),
-                       "link_class": _link_class(job, span_of.get(pg, "unknown")),
+                       "link_class": link.link_class,
+                       **_judge_busbw(link, str(op), size, nbytes, int(len(g)), busbw),
                        "crossed_hosts": bool(g["crossed_hosts"].any()) if cr.hosts.known else None})
         by.sort(key=lambda row: (group_order(row["process_group"]), str(row["op"])))
         wait = mem.groupby("rank")["wait_ns"].agg(["sum", "mean"])
@@ -258,6 +321,9 @@ def cross_rank_section(job: Job, gpus_per_node: Optional[int] = None) -> dict:
             "p2p_pairs": int((inst["kind"] == "p2p").sum()), "by_group_op": by,
             "per_rank_wait": [{"rank": int(r), "total_wait_us": float(w["sum"]) / 1e3,
                                "mean_wait_us": float(w["mean"]) / 1e3} for r, w in wait.iterrows()]}
+        nsteps = len([s for s in (job.step_metrics["step"].unique() if len(job.step_metrics) else []) if s >= 0])
+        section["roles"] = role_metrics(job, mem, cr.alignment.offset_of,
+                                        {g["name"]: g["judged_role"] for g in groups}, max(1, nsteps))
         section["stragglers"] = sg.analyse(job, inst, mem, cr.alignment.offset_of)
         section["pipeline"] = pl.analyse(job, inst, mem, cr.alignment.offset_of)
     else:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import sys
 from concurrent.futures import ProcessPoolExecutor
+from functools import partial
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -59,10 +60,14 @@ class Job:
         return sum(1 for f in self.files if f.status == status)
 
 
-def _parse_trace(path: str) -> tuple[Optional[KinetoTrace], Optional[pd.DataFrame], str]:
-    """Worker: parse one trace and compute its per-step metrics (compact results travel back)."""
+def _parse_trace(path: str, comm_kernels: tuple = ()) -> tuple[Optional[KinetoTrace], Optional[pd.DataFrame], str]:
+    """Worker: parse one trace and compute its per-step metrics (compact results travel back).
+
+    ``comm_kernels``: the user's communication-kernel patterns ([tool.analyze] comm-kernels, already validated).
+    """
     try:
-        trace = load_trace(path)
+        from parsers.comm_kernels import table_for
+        trace = load_trace(path, comm_kernels=table_for(comm_kernels))
     except InputError as exc:
         return None, None, exc.reason
     except Exception as exc:  # a parser bug must not sink the other ranks
@@ -132,12 +137,16 @@ def default_jobs() -> int:
 
 
 def load_job(paths: list[str | Path], jobs: Optional[int] = None,
-             progress: Optional[Callable[[int, int, str], None]] = None, select_job: Optional[str] = None) -> Job:
+             progress: Optional[Callable[[int, int, str], None]] = None, select_job: Optional[str] = None,
+             comm_kernels: Optional[list[dict]] = None) -> Job:
     """Read every input under ``paths``; never raises for bad files (they are reported in ``Job.files``).
 
     When the traces belong to several jobs (analyzer/load/jobs.py) only one is analysed: ``select_job`` (a
     label, number or folder), else the one with the most ranks; the others' files are listed as skipped.
     Raises ValueError when ``select_job`` names none of them.
+
+    ``comm_kernels``: extra communication-kernel patterns ({pattern, op, family} dicts, as in [tool.analyze]
+    comm-kernels; parsers/comm_kernels.py), tried before the built-in families.
     """
     found, problems = discover(paths)
     records: list[FileRecord] = [FileRecord(p, "unknown", FAILED, msg) for p, msg in problems]
@@ -147,7 +156,8 @@ def load_job(paths: list[str | Path], jobs: Optional[int] = None,
             records.append(FileRecord(f.path, f.kind, SKIPPED, f.reason))
 
     jobs = default_jobs() if jobs is None else max(1, jobs)
-    results = _map(_parse_trace, trace_paths, jobs, progress)
+    parse = partial(_parse_trace, comm_kernels=tuple(comm_kernels or ()))
+    results = _map(parse, trace_paths, jobs, progress)
     found_jobs, other_job, keep_folder = _split_jobs(trace_paths, results, select_job)
     traces: dict[int, KinetoTrace] = {}
     metrics: list[pd.DataFrame] = []

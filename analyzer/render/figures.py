@@ -252,10 +252,14 @@ def bandwidth(job: Any, report: dict) -> Optional[bytes]:
     fig, ax = plt.subplots(figsize=(WIDTH * 0.8, 3.6))
     for (op, grp), marker in zip(pts.groupby("op"), "oxs^vD+*"):
         ax.scatter(grp["bytes"], grp["busbw_gbps"], s=16, alpha=0.7, label=str(op), marker=marker)
-    classes = {g.get("link_class") for g in by_group} & set(LINK_PEAK_GBPS)
-    for c in sorted(classes):
-        ax.axhline(LINK_PEAK_GBPS[c], ls="--", lw=1, color="#666666")
-        ax.text(pts["bytes"].min(), LINK_PEAK_GBPS[c], f" {c} nominal {LINK_PEAK_GBPS[c]:g} GB/s", fontsize=7,
+    peaks = {}  # the nominal of each link class as the report decided it (cross_rank.links), else the old table
+    for g in by_group:
+        c, nominal = g.get("link_class"), g.get("nominal_busbw_gbps")
+        if c and (nominal or c in LINK_PEAK_GBPS):
+            peaks.setdefault(c, float(nominal) if nominal else LINK_PEAK_GBPS[c])
+    for c in sorted(peaks):
+        ax.axhline(peaks[c], ls="--", lw=1, color="#666666")
+        ax.text(pts["bytes"].min(), peaks[c], f" {c} nominal {peaks[c]:g} GB/s", fontsize=7,
                 va="bottom", color="#444444")
     ax.set_xscale("log")
     ax.set_xlabel("message size, bytes")

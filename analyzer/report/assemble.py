@@ -30,6 +30,8 @@ def run_analysis(job: Job, options: Optional[Options] = None) -> dict:
     report["hang"] = _section(report, "hang", lambda: hang_section(job),
                               {"status": "error", "diagnoses": [], "groups": []})
     report["nccl"] = _section(report, "NCCL log", lambda: nccl_section(job))
+    from analyzer.report.profile import profile_section
+    report["profile"] = _section(report, "profile", lambda: profile_section(job))
     findings = run_rules(job, report, options.rule_config)
     report["findings"] = clean([f if isinstance(f, dict) else f.to_dict() for f in findings])
     if not report["analysed"]:

@@ -131,9 +131,128 @@ def _row(m: Metric, name: str, cur: Optional[float], base: Optional[float], thre
             "threshold": threshold * m.worse, "regressed": bool(regressed), "severity": m.severity}
 
 
+def _d(x) -> dict:
+    return x if isinstance(x, dict) else {}
+
+
+def _l(x) -> list:
+    return x if isinstance(x, list) else []
+
+
+def _size(g: dict) -> int | None:
+    try:
+        return int(g.get("size") or len(_l(g.get("ranks"))))
+    except (TypeError, ValueError):
+        return None
+
+
+def job_shape(report: dict) -> dict:
+    """What makes two runs the same job: world size, hosts, and the process groups by role and size. A saved
+    baseline is input like any other: members of the wrong type count as absent."""
+    report = _d(report)
+    cr = _d(report.get("cross_rank"))
+    hosts = {str(h) for h in _d(_d(cr.get("hosts")).get("rank_to_host")).values()}
+    groups: dict[str, list[int]] = {}
+    for g in _l(cr.get("process_groups")):
+        g = _d(g)
+        role = str(g.get("judged_role") or g.get("role") or "unknown")
+        if str(g.get("name", "")).startswith("stream:") or (n := _size(g)) is None:
+            continue  # keys made from stream numbers, not process groups
+        groups.setdefault(role, []).append(n)
+    pipe = _d(cr.get("pipeline"))
+    ws = _d(report.get("job")).get("world_size")
+    return {"world_size": ws if isinstance(ws, int) else None, "hosts": len(hosts) or None,
+            "groups": {r: sorted(v) for r, v in sorted(groups.items())},
+            "degrees": {r: max(v) for r, v in sorted(groups.items()) if v},
+            "pipeline_stages": pipe.get("p") if pipe.get("detected") and isinstance(pipe.get("p"), int) else None}
+
+
+def shape_differences(cur: dict, base: dict) -> list[str]:
+    """Human lines for every way the two jobs differ in shape ([] when they are the same job)."""
+    out = []
+    for key, what in (("world_size", "world size"), ("hosts", "hosts"), ("pipeline_stages", "pipeline stages")):
+        a, b = cur.get(key), base.get(key)
+        if a is not None and b is not None and a != b:
+            out.append(f"{what}: {b} in the baseline, {a} now")
+    ca, cb = cur.get("degrees") or {}, base.get("degrees") or {}
+    for role in sorted(set(ca) | set(cb)):
+        if role in ("unknown",):
+            continue
+        a, b = ca.get(role), cb.get(role)
+        if a != b:
+            out.append(f"{role} degree: {b if b is not None else 'none'} in the baseline, "
+                       f"{a if a is not None else 'none'} now")
+        elif len((cur.get("groups") or {}).get(role, [])) != len((base.get("groups") or {}).get(role, [])):
+            out.append(f"{role} groups: {len(base['groups'][role])} in the baseline, {len(cur['groups'][role])} now")
+    return out
+
+
+#: A name's time per step must change by at least this share of the step to be listed in the diff.
+DIFF_MIN_SHARE = 0.01
+DIFF_TOP = 5
+
+
+def profile_diff(current: dict, baseline: dict) -> dict:
+    """What changed between the runs, as a trace diff: names whose time per step grew or shrank most, names that
+    appeared or vanished, collectives whose count per step changed (by process group and op)."""
+    step_us = ((current.get("job") or {}).get("summary") or {}).get("mean_step_time_us") or 0.0
+    floor = DIFF_MIN_SHARE * step_us
+    ck = {(k["name"], k["kind"]): k for k in (current.get("profile") or {}).get("kernels") or []}
+    bk = {(k["name"], k["kind"]): k for k in (baseline.get("profile") or {}).get("kernels") or []}
+    rows = []
+    for key in set(ck) | set(bk):
+        a, b = ck.get(key), bk.get(key)
+        ta = a["time_per_step_us"] if a else 0.0
+        tb = b["time_per_step_us"] if b else 0.0
+        rows.append({"name": key[0], "kind": key[1], "baseline_us": tb, "current_us": ta, "change_us": ta - tb,
+                     "baseline_count": b["count_per_step"] if b else 0.0,
+                     "current_count": a["count_per_step"] if a else 0.0})
+    rows.sort(key=lambda r: -abs(r["change_us"]))
+    grew = [r for r in rows if r["change_us"] >= floor and r["baseline_us"] > 0][:DIFF_TOP]
+    shrank = [r for r in rows if -r["change_us"] >= floor and r["current_us"] > 0][:DIFF_TOP]
+    appeared = [r for r in rows if r["baseline_us"] == 0 and r["current_us"] >= floor][:DIFF_TOP]
+    vanished = [r for r in rows if r["current_us"] == 0 and r["baseline_us"] >= floor][:DIFF_TOP]
+    steps_c = max(1, (current.get("profile") or {}).get("steps_per_rank") or 1)
+    steps_b = max(1, (baseline.get("profile") or {}).get("steps_per_rank") or 1)
+    cc = {(str(r.get("process_group")), str(r.get("op"))): r for r in
+          ((current.get("cross_rank") or {}).get("collectives") or {}).get("by_group_op") or []}
+    bc = {(str(r.get("process_group")), str(r.get("op"))): r for r in
+          ((baseline.get("cross_rank") or {}).get("collectives") or {}).get("by_group_op") or []}
+    counts = []
+    for key in sorted(set(cc) | set(bc)):
+        a = (cc.get(key) or {}).get("count") or 0
+        b = (bc.get(key) or {}).get("count") or 0
+        pa, pb = a / steps_c, b / steps_b
+        if abs(pa - pb) > 1e-9:
+            counts.append({"process_group": key[0], "op": key[1], "baseline_per_step": pb, "current_per_step": pa,
+                           "baseline_mean_transfer_us": (bc.get(key) or {}).get("mean_transfer_us"),
+                           "current_mean_transfer_us": (cc.get(key) or {}).get("mean_transfer_us")})
+    return {"grew": grew, "shrank": shrank, "appeared": appeared, "vanished": vanished,
+            "collective_counts": counts}
+
+
+def _diff_lines(diff: dict) -> list[str]:
+    """Evidence lines for the diff: what grew, appeared, vanished; collective counts that changed."""
+    out = []
+    for r in diff.get("grew") or []:
+        out.append(f"grew: {r['name'][:120]} {r['baseline_us']:.0f} → {r['current_us']:.0f} µs per step "
+                   f"({r['change_us']:+.0f} µs; {r['baseline_count']:g} → {r['current_count']:g} calls)")
+    for r in diff.get("appeared") or []:
+        out.append(f"appeared: {r['name'][:120]} {r['current_us']:.0f} µs per step ({r['current_count']:g} calls)")
+    for r in diff.get("vanished") or []:
+        out.append(f"vanished: {r['name'][:120]} (was {r['baseline_us']:.0f} µs per step)")
+    for r in (diff.get("collective_counts") or [])[:DIFF_TOP]:
+        out.append(f"collective count: {r['op']} on process group {r['process_group']} "
+                   f"{r['baseline_per_step']:g} → {r['current_per_step']:g} per step")
+    return out
+
+
 def compare(current: dict, baseline: dict, source: str,
             thresholds: Optional[dict[str, float]] = None) -> dict:
-    """The `baseline` section: each metric's current and baseline value, change, threshold and verdict."""
+    """The `baseline` section: each metric's current and baseline value, change, threshold and verdict.
+
+    When the two runs are jobs of a different shape (world size, hosts, group roles and sizes, pipeline stages) the
+    values are kept for reading but none counts as a regression (`comparable: false`, BASE004 says why)."""
     th = dict(DEFAULT_THRESHOLDS)
     th.update(thresholds or {})
     cur_v, base_v = _job_values(current), _job_values(baseline)
@@ -149,8 +268,15 @@ def compare(current: dict, baseline: dict, source: str,
     for key in sorted(set(cur_bw) & set(base_bw)):
         rows.append(_row(bw, f"busbw {key[1]} {key[0]}", cur_bw[key]["mean_busbw_gbps"],
                          base_bw[key]["mean_busbw_gbps"], th["busbw"]))
+    cs, bs = job_shape(current), job_shape(baseline)
+    differences = shape_differences(cs, bs)
+    if differences:
+        for r in rows:
+            r["regressed"] = False
     return {"source": source, "thresholds": th, "metrics": rows,
-            "regressions": sum(1 for r in rows if r["regressed"])}
+            "regressions": sum(1 for r in rows if r["regressed"]),
+            "comparable": not differences, "shape": {"current": cs, "baseline": bs, "differences": differences},
+            "diff": profile_diff(current, baseline)}
 
 
 def format_value(metric: str, x: Optional[float]) -> str:
@@ -187,6 +313,20 @@ def regression_findings(section: dict) -> list[dict]:
             m = metrics[row["metric"]]
             by_rule.setdefault(m.rule, []).append((m, row))
     out = []
+    diff_ev = [{"text": t, "file": None, "line": None} for t in _diff_lines(section.get("diff") or {})]
+    if not section.get("comparable", True):
+        diffs = (section.get("shape") or {}).get("differences") or []
+        out.append({
+            "id": "BASE004", "title": "The baseline is a job of another shape: no regression verdict",
+            "severity": "warning", "confidence": 0.95,
+            "subject": {"ranks": [], "process_group": None, "step": None, "collective": None},
+            "evidence": [{"text": d, "file": None, "line": None} for d in diffs] + diff_ev
+                        + [{"text": f"baseline: {section['source']}", "file": None, "line": None}],
+            "cost": None,
+            "fix": "Compare runs of the same job shape (world size, hosts, parallel degrees); to judge a re-layout, "
+                   "compare step time and throughput per GPU by hand.",
+            "consequences": [], "rule_doc": __doc__.strip().splitlines()[0],
+        })
     for rule, items in sorted(by_rule.items()):
         m0, row0 = items[0]
         cost = None
@@ -197,6 +337,7 @@ def regression_findings(section: dict) -> list[dict]:
             "id": rule, "title": title, "severity": m0.severity, "confidence": 0.9,
             "subject": {"ranks": [], "process_group": None, "step": None, "collective": None},
             "evidence": [{"text": _describe(r), "file": None, "line": None} for _, r in items]
+                        + (diff_ev if rule in ("BASE001", "BASE002") else [])
                         + [{"text": f"baseline: {section['source']}", "file": None, "line": None}],
             "cost": cost,
             "fix": "Compare the two runs' per-rank tables and timelines (--html); bisect the change between them "

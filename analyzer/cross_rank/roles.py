@@ -1,0 +1,70 @@
+"""Communication share, overlap and exposed communication per process-group role (DP, FSDP, TP, EP, PP).
+
+For each rank, the communication of the groups of one role is the union of that rank's collective / send-recv
+intervals in those groups (back on the rank's own clock); it is clipped to the rank's step windows and intersected
+with the rank's compute exactly as the job-wide metrics are (docs/metrics.md). Sums over ranks and steps give the
+role's shares (time-weighted). A group that spans the whole world is judged by the traffic it carries (all-reduce →
+DP, all-to-all → EP, …), not as "world".
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from analyzer.rank import intervals as iv
+from analyzer.rank.metrics import kind_sets, step_windows
+
+ROLE_ORDER = ("dp", "fsdp", "tp", "ep", "pp", "unknown")
+
+
+def role_metrics(job: Any, members: pd.DataFrame, offset_of: dict, role_of: dict[str, str],
+                 n_steps: int) -> list[dict]:
+    """One row per role: groups, comm/overlap/exposed time and shares, collectives per step and mean bytes."""
+    if members is None or not len(members):
+        return []
+    m = members.assign(role=members["process_group"].map(role_of).fillna("unknown"))
+    acc: dict[str, dict] = {}
+    for rank, g in m.groupby("rank", sort=True):
+        t = job.traces.get(int(rank))
+        if t is None:
+            continue
+        steps, lo, hi, _ = step_windows(t)
+        if not len(steps):
+            continue
+        sets = kind_sets(t)
+        compute = sets["compute"]
+        step_total = float((hi - lo).sum())
+        shift = int(offset_of.get(int(rank), 0))
+        for role, rg in g.groupby("role", sort=False):
+            s = rg["start"].to_numpy(np.int64) - shift
+            e = rg["end"].to_numpy(np.int64) - shift
+            comm = iv.union(s, e)
+            ov = iv.intersect(comm, compute)
+            c = float(iv.clipped_lengths(comm, lo, hi).sum())
+            o = float(iv.clipped_lengths(ov, lo, hi).sum())
+            a = acc.setdefault(str(role), {"comm": 0.0, "overlap": 0.0, "step": 0.0, "ranks": set(), "calls": 0})
+            a["comm"] += c
+            a["overlap"] += o
+            a["step"] += step_total
+            a["ranks"].add(int(rank))
+            a["calls"] += int((rg["kind"] == "collective").sum()) if "kind" in rg else len(rg)
+    out = []
+    groups_of: dict[str, list[str]] = {}
+    for name, role in role_of.items():
+        groups_of.setdefault(role, []).append(str(name))
+    for role in sorted(acc, key=lambda r: (ROLE_ORDER.index(r) if r in ROLE_ORDER else len(ROLE_ORDER), r)):
+        a = acc[role]
+        if a["comm"] <= 0:
+            continue
+        n_ranks = len(a["ranks"]) or 1
+        out.append({
+            "role": role, "groups": sorted(groups_of.get(role, [])), "ranks": sorted(a["ranks"]),
+            "comm_us": a["comm"] / n_ranks / 1e3, "exposed_comm_us": (a["comm"] - a["overlap"]) / n_ranks / 1e3,
+            "comm_share": a["comm"] / a["step"] if a["step"] else None,
+            "overlap_coverage": a["overlap"] / a["comm"] if a["comm"] else None,
+            "exposed_comm_share": (a["comm"] - a["overlap"]) / a["step"] if a["step"] else None,
+            "collectives_per_step": a["calls"] / n_ranks / max(1, n_steps),
+        })
+    return out

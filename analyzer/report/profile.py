@@ -1,0 +1,52 @@
+"""The report's `profile` section: what ran per step, by name, so a later run can be diffed against this one.
+
+`kernels`: every activity name (GPU kernels and copies; CPU operators of a CPU-only trace) with its count and time
+per step, averaged over the traced ranks (only activity starting inside a step window; the whole trace when there
+are no steps). The longest `MAX_NAMES` are kept, names cut at `NAME_CHARS`, so a 10,000-rank job's report stays small.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from analyzer.rank.metrics import step_windows
+
+MAX_NAMES = 200
+NAME_CHARS = 240
+
+
+def profile_section(job: Any) -> dict:
+    """{kernels: [{name, kind, count_per_step, time_per_step_us}], ranks, steps_per_rank}; {} without traces."""
+    frames = []
+    n_ranks = 0
+    steps_total = 0
+    for t in job.traces.values():
+        a = t.activity
+        steps, lo, hi, _ = step_windows(t)
+        if not len(a) or not len(steps):
+            continue
+        n_ranks += 1
+        steps_total += len(steps)
+        start = a["start"].to_numpy()
+        order = np.argsort(lo, kind="stable")
+        los, his = lo[order], hi[order]
+        k = np.searchsorted(los, start, side="right") - 1
+        keep = (k >= 0) & (start < his[np.maximum(k, 0)])
+        names = np.asarray(t.names, dtype=object)
+        df = pd.DataFrame({"name": names[a["name_id"].to_numpy()[keep]], "kind": a["kind"].to_numpy()[keep].astype(str),
+                           "dur": (a["end"].to_numpy() - start)[keep]})
+        g = df.groupby(["name", "kind"], sort=False)["dur"].agg(["size", "sum"]).reset_index()
+        g["per_step_n"] = g["size"] / len(steps)
+        g["per_step_ns"] = g["sum"] / len(steps)
+        frames.append(g[["name", "kind", "per_step_n", "per_step_ns"]])
+    if not frames:
+        return {}
+    allk = pd.concat(frames, ignore_index=True)
+    allk["name"] = allk["name"].astype(str).str.slice(0, NAME_CHARS)
+    agg = allk.groupby(["name", "kind"], sort=False)[["per_step_n", "per_step_ns"]].sum() / n_ranks
+    agg = agg.sort_values("per_step_ns", ascending=False, kind="stable").head(MAX_NAMES).reset_index()
+    return {"ranks": n_ranks, "steps_per_rank": steps_total / n_ranks,
+            "kernels": [{"name": n, "kind": k, "count_per_step": float(c), "time_per_step_us": float(ns) / 1e3}
+                        for n, k, c, ns in zip(agg["name"], agg["kind"], agg["per_step_n"], agg["per_step_ns"])]}
