@@ -56,9 +56,9 @@ def test_traces_logs_and_dumps_are_not_claimed():
         by_kind.setdefault(f.kind, []).append(Path(f.path))
     assert len(by_kind[KINETO]) > 100 and len(by_kind[FR_DUMP]) > 50 and len(by_kind[NCCL_LOG]) > 100
     outside = sorted(str(p.relative_to(FIX)) for p in by_kind[STDERR] if STD not in p.parents)
-    # the failure test bed (its own integrity test: test_failure_fixtures.py) holds real torchrun logs, torchrun's
+    # the failure test beds (their own integrity test: test_failure_fixtures.py) holds real torchrun logs, torchrun's
     # per-rank stderr files and fr_trace's saved output, whose crash tracebacks are claimed as stderr too
-    bed = [p for p in outside if p.startswith("real-cpu-failures/")]
+    bed = [p for p in outside if p.startswith(("real-cpu-failures/", "real-cpu-failures-2/"))]
     assert all(p.endswith(("/torchrun.log", "/stderr.log", "/fr_trace_output.md",
                            "/fr_trace_output_with_pg_config.md")) for p in bed), bed
     outside = [p for p in outside if p not in bed]
