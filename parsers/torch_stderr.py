@@ -463,7 +463,10 @@ class _Parser:
                     mapped = np.array([pid_rank.get((lb, int(p)), -1) for lb, p in zip(df["label"], df["pid"])])
                     df.loc[unknown, "rank"] = mapped[unknown.to_numpy()]
             if file_rank is not None:
-                df.loc[(df["rank"] < 0) & ~df["_tagged"], "rank"] = file_rank
+                # tee-tagged lines are the file's too when it holds one worker's tag only (a per-rank file of a
+                # --tee run: `[default3]:` is rank 7's local rank on its node)
+                mine = ~df["_tagged"] | (len(self.local_tags) == 1 and not self.tables and not self.agent_lines)
+                df.loc[(df["rank"] < 0) & mine, "rank"] = file_rank
             if srun_is_rank:
                 labelled = (df["rank"] < 0) & df["label"].str.fullmatch(r"\d{1,7}")
                 df.loc[labelled, "rank"] = df.loc[labelled, "label"].astype(np.int64)

@@ -9,6 +9,7 @@ import pytest
 
 from analyzer.hang.analysis import KIND_ALIASES, analyze_hang, load_and_analyze
 from parsers.flight_recorder import load_dump
+from parsers.torch_stderr import parse_stderr
 from parsers.nccl_log import parse_nccl_log
 
 SIM = Path(__file__).resolve().parent.parent / "fixtures" / "sim"
@@ -28,8 +29,6 @@ def _inputs(d: Path) -> tuple[list, list]:
 @pytest.mark.parametrize("mode", ["fr", "logs", "both"])
 def test_sim_hang_first_diagnosis_matches_truth(name: str, mode: str) -> None:
     """The top diagnosis names the planted fault's kind, process group, seq and ranks."""
-    if name == "hang_crashed_rank" and mode != "fr":
-        pytest.xfail("the crash is told by stderr_rank7.log: needs the stderr parser being merged")
     d = SIM / name
     truth = json.loads((d / "expected.json").read_text())
     fault = truth["faults"][0]
@@ -39,7 +38,9 @@ def test_sim_hang_first_diagnosis_matches_truth(name: str, mode: str) -> None:
     elif mode == "logs":
         dumps = []
     dumps, logs = list(dumps), list(logs)
-    rep = analyze_hang(dumps, logs, world_size=truth["world_size"])
+    # the simulator's stderr_rank*.log files are what the loader reads as stderr (the crash is told there)
+    err = [] if mode == "fr" else [parse_stderr(p) for p in sorted(d.glob("stderr_rank*.log"))]
+    rep = analyze_hang(dumps, logs, world_size=truth["world_size"], stderr_logs=err)
     top = rep.diagnoses[0]
     assert (top.kind, top.process_group, top.seq) == (
         KIND_ALIASES.get(fault["kind"], fault["kind"]), fault["process_group"], fault["seq"])

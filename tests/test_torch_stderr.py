@@ -422,3 +422,18 @@ def test_the_vectorised_prefilter_keeps_every_guard_literal():
     # non-ASCII bytes fold onto ASCII: more candidates, never fewer
     assert candidate_mask("é".encode() + b"Traceback", 1) == [True]
     assert candidate_mask(b"nothing to see here\nnor here", 2) is None
+
+
+def test_a_per_rank_file_of_a_tee_run_gives_its_tagged_lines_the_file_rank(tmp_path):
+    """`stderr_rank7.log` holding only `[default3]:` lines (rank 7 is local rank 3 on its node) is rank 7's; a file
+    that holds two workers' tags keeps its tagged lines unassigned (they may be anyone's)."""
+    from parsers.torch_stderr import parse_stderr
+    one = tmp_path / "stderr_rank7.log"
+    one.write_text("[default3]:Traceback (most recent call last):\n"
+                   '[default3]:  File "/w/train.py", line 9, in <module>\n'
+                   "[default3]:RuntimeError: CUDA error: an illegal memory access was encountered\n")
+    log = parse_stderr(one)
+    assert log.rank == 7 and set(log.events["rank"]) == {7} and set(log.tracebacks["rank"]) == {7}
+    two = tmp_path / "stderr_rank5.log"
+    two.write_text(one.read_text() + "[default1]:RuntimeError: CUDA error: an illegal memory access was encountered\n")
+    assert set(parse_stderr(two).events["rank"]) == {-1}
