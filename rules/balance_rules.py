@@ -63,6 +63,17 @@ def _compute_straggler(ctx: Context) -> Optional[dict]:
                                   f"{len(cand[r])} of {n_steps} steps")]}
 
 
+def _clauses(text: str) -> list[str]:
+    """'a (b; c); d' → ['a (b; c)', 'd']: the '; '-separated clauses outside parentheses."""
+    out, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        depth += (ch == "(") - (ch == ")")
+        if depth == 0 and text.startswith("; ", i):
+            out.append(text[start:i])
+            start = i + 2
+    return out + [text[start:]]
+
+
 def _straggler_confidence(delay: float, share: float, held: float, delay_min: float, share_min: float) -> float:
     """Margins over both thresholds (each worth half), times the share of steps in which the rank held up most."""
     a = min(1.0, delay / (2 * delay_min)) if delay_min > 0 else 1.0
@@ -97,10 +108,14 @@ def straggler_info(ctx: Context) -> Optional[dict]:
           Evidence(f"it arrives last at {pct(last)} of the collectives with a clear last arrival (times last: "
                    f"{row.get('times_last')}) and made the others wait {imposed / 1000:.2f} ms in total")]
     named = s.get("straggler") == rank
-    if named and s.get("evidence"):
-        ev.append(Evidence(str(s["evidence"])))
-    attribution = str(s.get("attribution") or "unknown") if named else "unknown"
     comp = _compute_straggler(ctx)
+    said = ("the others waited for", "it arrived last", "it arrives last") + \
+        (("its compute per step",) if comp and comp["rank"] == rank else ())
+    if named and s.get("evidence"):  # what the section adds to the lines here (not the same numbers again)
+        extra = [c for c in _clauses(str(s["evidence"])) if not c.startswith(said)]
+        if extra:
+            ev.append(Evidence("; ".join(extra)))
+    attribution = str(s.get("attribution") or "unknown") if named else "unknown"
     if comp and comp["rank"] == rank:
         ev += comp["evidence"]
         if attribution == "unknown":

@@ -20,6 +20,7 @@ from typing import Any, Optional
 import numpy as np
 import pandas as pd
 
+from analyzer.phrases import ranks_text
 from analyzer.rank import intervals as iv
 
 TIE_NS = 1_000
@@ -304,8 +305,8 @@ def analyse(job: Any, inst: pd.DataFrame, members: pd.DataFrame, offset_of: Opti
                 parts.append(link)
         close = cand[(cand["rank"] != straggler) & (cand["delay_ns_per_step"] >= 0.5 * delay)]
         if len(close):  # its lateness spreads (a slowed pipeline replica arrives late everywhere) or two are slow
-            parts.append(f"rank{'s' if len(close) > 1 else ''} {', '.join(str(int(x)) for x in close['rank'][:8])}"
-                         f"{' …' if len(close) > 8 else ''} also hold up their groups, by up to "
+            shown = sorted(int(x) for x in close["rank"])
+            parts.append(f"{ranks_text(shown[:8])}{' …' if len(shown) > 8 else ''} also hold up their groups, by up to "
                          f"{close['delay_ns_per_step'].max() / 1e3:.1f} µs per step")
         evidence = "; ".join(parts)
         margin = 0.5 * min(1.0, float(row["delay_share"]) / (2 * MATERIAL_SHARE)) + \
