@@ -17,6 +17,10 @@ ATTRIBUTION = {
     "host": "its GPU waits for the host (data loader, CPU work, Python) before launching work",
     "link": "its transfers are slower (a slower link or NIC)",
 }
+#: The same on a CPU-only (gloo) run, which has no GPU to speak of.
+ATTRIBUTION_CPU = dict(ATTRIBUTION, compute="it computes longer than its peers (more work or a slower CPU)",
+                       host="it spends longer in host work outside its compute (data loader, logging, Python) before "
+                            "its collectives")
 
 
 def _all_ranks(ctx: Context) -> set[int]:
@@ -163,7 +167,7 @@ def straggler(ctx: Context) -> Iterator[Finding]:
         return
     r = info["rank"]
     g = group_for_rank(ctx.groups(), r)
-    why = ATTRIBUTION.get(info["attribution"], "")
+    why = (ATTRIBUTION_CPU if ctx.cpu_only() else ATTRIBUTION).get(info["attribution"], "")
     if ctx.cpu_only():  # gloo on CPUs: there is no GPU to blame
         why = why.replace("a slower GPU", "a slower or busier CPU")
     weak = info["confidence"] < WEAK_STRAGGLER

@@ -153,3 +153,9 @@ def test_gpu_job_without_gpu_events_is_warned():
     assert rep["verdict"].startswith("WARN")
     clean = _report(str(BED / "ddp4-clean-small"))  # the same events with a gloo header: nothing to warn about
     assert "INPUT006" not in {x["id"] for x in clean["findings"]}
+
+
+def test_a_cpu_run_is_not_told_about_its_gpu():
+    """The host straggler of a gloo CPU run is explained without a GPU (the GPU wording is for GPU traces)."""
+    f = next(f for f in _report("fixtures/real-cpu-perf/ddp4-host-20")["findings"] if f["id"] == "LOAD001")
+    assert f["subject"]["ranks"] == [0] and "host work" in f["title"] and "GPU" not in f["title"]
