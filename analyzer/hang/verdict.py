@@ -18,6 +18,7 @@ from collections import Counter
 
 import pandas as pd
 
+from analyzer.cross_rank.collectives import DTYPE_BYTES
 from analyzer.hang.diagnosis import FIX, HangDiagnosis
 from analyzer.hang.inputs import HangInputs
 from analyzer.phrases import per_rank_text, ranks_text, values_text
@@ -168,9 +169,8 @@ def _size_abort_majorities(inp: HangInputs, facts: StderrFacts, taken: set[int])
     return out
 
 
-ITEM_BYTES = {"float64": 8, "int64": 8, "uint64": 8, "complex64": 8, "float32": 4, "int32": 4, "uint32": 4,
-              "float16": 2, "bfloat16": 2, "int16": 2, "int8": 1, "uint8": 1, "bool": 1, "fp8_e4m3": 1,
-              "fp8_e5m2": 1}
+#: Bytes per element of the dtype names Kineto writes and the ones hang/inputs.py normalises FR's to.
+ITEM_BYTES = {**DTYPE_BYTES, "fp8_e4m3": 1, "fp8_e5m2": 1, "complex64": 8}
 
 
 def _dtype_from_abort(inp: HangInputs, facts: StderrFacts, d: HangDiagnosis) -> None:
@@ -202,11 +202,9 @@ def _call_bytes(inp: HangInputs, g: str, seq: int, r: int) -> int:
                   & (inp.calls["kind"] == "coll")]
     if c.empty or (c["numel_in"] < 0).any():
         return -1
-    sizes = {"float64": 8, "int64": 8, "uint64": 8, "complex64": 8, "float32": 4, "int32": 4, "uint32": 4,
-             "float16": 2, "bfloat16": 2, "int16": 2, "int8": 1, "uint8": 1, "bool": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
     total = 0
     for n, dt in zip(c["numel_in"], c["dtype_in"]):
-        item = max((sizes.get(x, -1) for x in str(dt).split(",")), default=-1)
+        item = max((ITEM_BYTES.get(x, -1) for x in str(dt).split(",")), default=-1)
         if item < 0:
             return -1
         total += int(n) * item
