@@ -67,6 +67,21 @@ class _Event(msgspec.Struct, gc=False):
     args: Optional[_Args] = None
 
 
+class _ShapeArgs(_Args, gc=False):
+    """_Args plus record_shapes' input shapes and dtypes: decoded only for slices that hold gloo collective spans
+    (gloo writes no "In msg nelems"; see _gloo_size), so GPU traces never build these lists."""
+
+    input_dims: Any = msgspec.field(default=None, name="Input Dims")
+    input_type: Any = msgspec.field(default=None, name="Input type")
+
+
+class _ShapeEvent(_Event, gc=False):
+    args: Optional[_ShapeArgs] = None
+
+
+_GLOO_MARK = b'"gloo:'
+
+
 class _DocMembers(msgspec.Struct):
     """The top-level members of a trace the analysis reads besides its events."""
 
@@ -89,6 +104,13 @@ class _LenientDoc(_DocMembers):
 
 
 _DECODER = msgspec.json.Decoder(_TypedDoc)
+
+
+class _TypedShapeDoc(_DocMembers):
+    traceEvents: Optional[list[_ShapeEvent]] = None
+
+
+_SHAPE_DECODER = msgspec.json.Decoder(_TypedShapeDoc)
 
 
 @dataclass
@@ -120,6 +142,7 @@ class KinetoTrace:
 CHUNK_BYTES = 2 << 20
 
 _CHUNK_DECODER = msgspec.json.Decoder(list[_Event])
+_CHUNK_SHAPES = msgspec.json.Decoder(list[_ShapeEvent])
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _WS = b" \t\r\n"
 
@@ -239,18 +262,20 @@ class _SliceNotes:
 
 _DEPTH_HINT = 1000
 _EVENT_DECODER = msgspec.json.Decoder(_Event)
+_EVENT_SHAPES = msgspec.json.Decoder(_ShapeEvent)
 _RAW_LIST = msgspec.json.Decoder(list[msgspec.Raw])
 _BYTE_AT = re.compile(r"\(byte (\d+)\)")
 
 
-def _events_of(part, notes: _SliceNotes, base: int) -> list[_Event]:
+def _events_of(part, notes: _SliceNotes, base: int, shapes: bool = False) -> list[_Event]:
     """Decode one slice (a JSON list of events); malformed events and bad UTF-8 are repaired or skipped.
 
     Raises msgspec.DecodeError only when the slice is not valid JSON text (a wrong boundary guess or damage).
-    ``base`` is the absolute offset of the slice's first byte, for the notes.
+    ``base`` is the absolute offset of the slice's first byte, for the notes; ``shapes``: the slice holds gloo
+    spans, decode their input shapes too.
     """
     try:
-        return _CHUNK_DECODER.decode(part)
+        return (_CHUNK_SHAPES if shapes else _CHUNK_DECODER).decode(part)
     except (msgspec.ValidationError, RecursionError):
         data = bytes(part)
         try:
@@ -259,7 +284,7 @@ def _events_of(part, notes: _SliceNotes, base: int) -> list[_Event]:
             if notes.utf8_at < 0:
                 notes.utf8_at = base + bad.start
             data = data.decode("utf-8", "replace").encode("utf-8")
-        return _lenient_events(data, notes)
+        return _lenient_events(data, notes, shapes)
     except (UnicodeDecodeError, msgspec.DecodeError) as exc:
         if not isinstance(exc, UnicodeDecodeError) and "UTF-8" not in str(exc):
             raise
@@ -269,11 +294,11 @@ def _events_of(part, notes: _SliceNotes, base: int) -> list[_Event]:
         except UnicodeDecodeError as bad:
             if notes.utf8_at < 0:
                 notes.utf8_at = base + bad.start
-            return _events_of(data.decode("utf-8", "replace").encode("utf-8"), notes, base)
+            return _events_of(data.decode("utf-8", "replace").encode("utf-8"), notes, base, shapes)
         raise exc from None
 
 
-def _lenient_events(part, notes: _SliceNotes) -> list[_Event]:
+def _lenient_events(part, notes: _SliceNotes, shapes: bool = False) -> list[_Event]:
     """Event by event: an element of the wrong shape is skipped (or kept without bad args), a too-deep one skipped."""
     try:
         raws = _RAW_LIST.decode(part)
@@ -289,7 +314,7 @@ def _lenient_events(part, notes: _SliceNotes) -> list[_Event]:
     out = []
     for r in raws:
         try:
-            out.append(_EVENT_DECODER.decode(r))
+            out.append((_EVENT_SHAPES if shapes else _EVENT_DECODER).decode(r))
             continue
         except RecursionError:
             notes.too_deep += 1
@@ -670,13 +695,14 @@ def _decode_slice(buf: bytearray, start: int, end: int, closing_inserted: bool, 
     With ``closing_inserted``, ``buf[start:end]`` ends just after a complete element and ']' is appended to
     a copy. Raises msgspec.DecodeError when the bytes are not a valid event list (a wrong guess, or damage).
     """
+    shapes = buf.find(_GLOO_MARK, start, end) >= 0
     if closing_inserted:
-        return _events_of(bytes(buf[start:end]) + b"]", notes, base)
+        return _events_of(bytes(buf[start:end]) + b"]", notes, base, shapes)
     saved = buf[end]
     buf[end] = ord("]")
     try:
         with memoryview(buf) as mv, mv[start:end + 1] as part:
-            return _events_of(part, notes, base)
+            return _events_of(part, notes, base, shapes)
     finally:
         buf[end] = saved
 
@@ -719,8 +745,9 @@ def _typed_or_lenient(data: bytes, notes: list[str]) -> _TypedDoc:
 
     Raises msgspec.DecodeError only for JSON that is malformed as text.
     """
+    shapes = _GLOO_MARK in data
     try:
-        return _DECODER.decode(data)
+        return (_SHAPE_DECODER if shapes else _DECODER).decode(data)
     except msgspec.ValidationError:
         pass
     raw = _LENIENT_DECODER.decode(data)  # raises when traceEvents itself is not a list
@@ -730,7 +757,7 @@ def _typed_or_lenient(data: bytes, notes: list[str]) -> _TypedDoc:
             skipped += 1
             continue
         try:
-            events.append(msgspec.convert(e, _Event))
+            events.append(msgspec.convert(e, _ShapeEvent if shapes else _Event))
         except msgspec.ValidationError:
             try:
                 events.append(msgspec.convert({k: v for k, v in e.items() if k != "args"}, _Event))
@@ -1031,6 +1058,8 @@ class _Collector:
                         tc = self._tid(t)
                     if fl & _F_COMM_SPAN:
                         a = e.args
+                        if a is not None and a.__class__ is _ShapeArgs:
+                            _gloo_size(nm, a)
                         x = a.external_id if a is not None else None
                         span = len(self.spans)
                         self.spans.append((ts, d, tc, nm, x if isinstance(x, int) else None, a))
@@ -1426,6 +1455,32 @@ def _collectives_frame(recs: list[tuple], activity: pd.DataFrame) -> pd.DataFram
     coll.insert(2, "end", activity["end"].to_numpy()[idx])
     coll.insert(3, "stream", activity["stream"].to_numpy()[idx])
     return coll
+
+
+#: gloo spans whose first input is the tensor the collective moves (all_gather / scatter put outputs first)
+_GLOO_FIRST_INPUT = {"gloo:all_reduce", "gloo:broadcast", "gloo:reduce", "gloo:send", "gloo:recv"}
+#: C++ type names the profiler writes for dtypes → the names the rest of the project uses
+_CPP_TYPES = {"long int": "int64", "long": "int64", "int": "int32", "short int": "int16", "short": "int16",
+              "signed char": "int8", "unsigned char": "uint8", "double": "float64", "float": "float32",
+              "c10::half": "float16", "c10::bfloat16": "bfloat16", "bool": "bool"}
+
+
+def _gloo_size(name: str, a: _ShapeArgs) -> None:
+    """Element count and dtype of a gloo collective span from its record_shapes args (gloo writes no "In msg
+    nelems"): the first input's shape, the product of its dims ([] is a 0-dim tensor: one element)."""
+    dims, types = a.input_dims, a.input_type
+    a.input_dims = a.input_type = None
+    if name not in _GLOO_FIRST_INPUT or a.in_nelems is not None or not isinstance(dims, list) or not dims:
+        return
+    first = dims[0]
+    if not isinstance(first, list) or not all(x.__class__ is int and 0 <= x < 1 << 48 for x in first):
+        return
+    n = 1
+    for x in first:
+        n *= x
+    a.in_nelems = n
+    if a.dtype is None and isinstance(types, list) and types and isinstance(types[0], str) and types[0]:
+        a.dtype = _CPP_TYPES.get(types[0].lower(), types[0])
 
 
 def _coll_record(row: int, op: str, a: Optional[_Args], peer: int, family: str = "") -> tuple:

@@ -53,18 +53,20 @@ def _roles(ctx: Context) -> list[dict]:
     return [r for r in (ctx.cross.get("roles") or []) if num(r.get("comm_share"))]
 
 
-def dp_reductions(ctx: Context) -> Optional[tuple[float, float]]:
-    """(gradient reductions per step, mean bytes) of the data-parallel groups, from cross_rank.collectives."""
+def dp_reductions(ctx: Context) -> Optional[tuple[float, Optional[float]]]:
+    """(gradient reductions per step, mean bytes or None when the trace records no sizes) of the data-parallel
+    groups, from cross_rank.collectives."""
     steps = ctx.n_steps()
     dp = {str(g.get("name")) for g in ctx.groups() if str(g.get("judged_role") or g.get("role")) in ("dp", "fsdp")}
     rows = [r for r in (ctx.cross.get("collectives") or {}).get("by_group_op") or []
             if str(r.get("process_group")) in dp and str(r.get("op")) in ("allreduce", "reducescatter")]
     count = sum(num(r.get("count")) or 0 for r in rows)
-    nbytes = sum(num(r.get("bytes")) or 0 for r in rows)
+    sizes = [num(r.get("bytes")) for r in rows]
     if not steps or not count:
         return None
     per_group = max(1, len({str(r.get("process_group")) for r in rows}))
-    return count / steps / per_group, nbytes / count
+    known = all(b is not None and b > 0 for b in sizes)  # a trace without sizes (gloo, no record_shapes): unknown
+    return count / steps / per_group, (sum(sizes) / count if known else None)
 
 
 _NOTHING_OVERLAPS = (
@@ -81,10 +83,13 @@ def _bucket_advice(ctx: Context, coverage: Optional[float] = None) -> str:
         return _NOTHING_OVERLAPS if coverage is not None and coverage < 0.05 else ""
     per_step, mean = red
     if per_step <= ctx.t("few_reductions_per_step"):
-        return (f"Only {per_step:.0f} gradient reduction(s) per step of {mb(mean)} each: they can start only once "
-                f"the bucket is full, late in backward. Lower bucket_cap_mb (e.g. 25 → {max(1, int(mean / 4e6))} MB) "
-                "so the first buckets are reduced while backward still runs.")
-    if per_step >= ctx.t("small_coll_per_step") and mean < ctx.t("small_coll_max_bytes"):
+        each = f" of {mb(mean)} each" if mean is not None else ""
+        cap = (f"to about a quarter of the {mb(mean * per_step)} the gradients total per step (four or more buckets)"
+               if mean is not None else "(e.g. 25 → 5 MB)")
+        return (f"Only {per_step:.0f} gradient reduction(s) per step{each}: they can start only once the bucket is "
+                f"full, late in backward. Lower bucket_cap_mb {cap}, so the first buckets are reduced while backward "
+                "still runs.")
+    if per_step >= ctx.t("small_coll_per_step") and mean is not None and mean < ctx.t("small_coll_max_bytes"):
         return (f"{per_step:.0f} gradient reductions per step of {mb(mean)} each: each pays NCCL's latency. Raise "
                 "bucket_cap_mb (25 → 50-100) so fewer, larger buckets overlap backward.")
     return _NOTHING_OVERLAPS if coverage is not None and coverage < 0.05 else ""
@@ -176,7 +181,8 @@ def _per_role(ctx: Context, roles: list[dict]) -> Iterator[Finding]:
             fix = _bucket_advice(ctx, cov)
             red = dp_reductions(ctx)
             if red is not None:
-                ev.append(Evidence(f"{red[0]:.1f} gradient reduction(s) per step per group, mean {mb(red[1])}"))
+                size = f", mean {mb(red[1])}" if red[1] is not None else " (the trace records no sizes)"
+                ev.append(Evidence(f"{red[0]:.1f} gradient reduction(s) per step per group{size}"))
         elif role == "ep":
             fix = ("Overlap expert dispatch/combine with compute: split the batch into two micro-batches and run one's "
                    "all-to-all while the other computes (DeepEP's hook-based low-latency mode frees the SMs), or "

@@ -98,3 +98,22 @@ def test_collective_op_from_args_and_launcher(tmp_path):
     assert t.collectives.op.tolist() == ["reducescatter", "allgather"]
     assert t.collectives.in_nelems.tolist() == [4096, -1]
     assert t.activity.launch_start.tolist() == [-1, 18000]
+
+
+def test_gloo_collective_sizes_come_from_record_shapes():
+    """gloo writes no "In msg nelems": with record_shapes its spans' first input shape gives the element count and
+    dtype (checked against a stdlib read of the same file); without record_shapes the count stays unknown."""
+    import gzip
+    import json as stdjson
+
+    from parsers.kineto import load_trace
+    path = "fixtures/real-cpu-perf/ddp4-clean-medium/rank0.pt.trace.json.gz"
+    doc = stdjson.load(gzip.open(path))
+    want = [e["args"]["Input Dims"][0][0] for e in doc["traceEvents"]
+            if e.get("name") == "gloo:all_reduce" and e.get("ph") == "X"]
+    t = load_trace(path)
+    got = t.collectives.sort_values("start")
+    assert len(want) == len(got) > 10 and sorted(got["in_nelems"]) == sorted(want)
+    assert set(got["dtype"]) == {"float32"}
+    bare = load_trace("fixtures/real-cpu-pipes/pp4-m4-1f1b-noshapes-small/rank0.pt.trace.json.gz")
+    assert len(bare.collectives) and set(bare.collectives["in_nelems"]) == {-1}

@@ -84,8 +84,7 @@ def test_role_targets_exact():
     found = collect_findings(_rep(roles, [TP, DP]), strict=True)
     f = next(f for f in found if f.id == "COMM001")
     assert (f.severity, f.subject.process_group, f.cost) == ("warning", "2", 0.12)
-    assert any(x.id == "COMM002" for x in found + [c for g in found for c in []]) or \
-        any(c["id"] == "COMM002" for c in f.consequences)
+    assert any(x.id == "COMM002" for x in found) or any(c["id"] == "COMM002" for c in f.consequences)
     roles[1].update(exposed_comm_share=0.07)
     f = next(f for f in collect_findings(_rep(roles, [TP, DP]), strict=True) if f.id == "COMM001")
     assert f.severity == "info"
@@ -105,6 +104,18 @@ def test_bucket_advice_depends_on_reductions_per_step(count, nbytes, advice):
         assert f.fix.startswith(advice.split()[0]) or advice in f.fix
     else:
         assert "bucket_cap_mb (" not in f.fix
+
+
+def test_bucket_advice_sizes_the_cap_from_the_gradients_or_says_it_cannot():
+    roles = [dict(role="dp", groups=["2"], ranks=[0, 2], comm_share=0.3, overlap_coverage=0.3,
+                  exposed_comm_share=0.21)]
+    row = dict(process_group="2", op="allreduce", count=8, bytes=8 * 0.8e6, mean_transfer_us=100.0)
+    f = next(f for f in collect_findings(_rep(roles, [DP], [row]), strict=True) if f.id == "COMM001")
+    assert "about a quarter of the 1.60 MB the gradients total per step" in f.fix  # 8 of 0.8 MB in 4 steps
+    row.update(bytes=0)  # gloo without record_shapes: no sizes in the trace
+    f = next(f for f in collect_findings(_rep(roles, [DP], [row]), strict=True) if f.id == "COMM001")
+    assert "0.00 MB" not in f.fix and "(e.g. 25 → 5 MB)" in f.fix
+    assert any("the trace records no sizes" in e.text for e in f.evidence)
 
 
 def test_every_threshold_says_where_its_number_comes_from():

@@ -140,7 +140,7 @@ def realign(coll: pd.DataFrame, job: Any, offset_of: Optional[dict] = None) -> t
         gaps = np.diff(np.sort(fe))
         scale = float(np.median(gaps[gaps > 0])) if (gaps > 0).any() else 1_000.0
         code_of = {op: i for i, op in enumerate(table)}
-        # signature for the alignment: op and element count (gloo traces carry none: -1 everywhere)
+        # signature for the alignment: op and element count (-1 where a trace records none: gloo without record_shapes)
         sig = pd.factorize(pd.MultiIndex.from_arrays([sub["op"], sub["nelems"]]))[0]
         sig = pd.Series(sig, index=sub.index)
         fsig = sig.loc[ref.index].to_numpy()
