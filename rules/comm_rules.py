@@ -196,7 +196,22 @@ def _per_role(ctx: Context, roles: list[dict]) -> Iterator[Finding]:
                       extra={"role": role})
 
 
+_PIPELINE_OVERLAP = ("Part of the exposed communication is the pipeline's send/recv, which the PIPE findings judge; for "
+                     "the data-parallel part let DDP's bucketed hooks overlap backward (bucket_cap_mb, no manual "
+                     "all_reduce after backward), for tensor parallelism use sequence parallelism / comm-GEMM "
+                     "overlap.")
+
+
+def p2p_only(ctx: Context) -> bool:
+    """A pipeline whose only communication is its send/recv (no DP/TP/EP collectives): its comm share and
+    overlap are the stages waiting for each other, which the PIPE rules judge, not a DP or TP target."""
+    ops = {str(r.get("op")) for r in (ctx.cross.get("collectives") or {}).get("by_group_op") or []}
+    return bool((ctx.cross.get("pipeline") or {}).get("detected")) and ops <= {"send", "recv"}
+
+
 def _job_wide(ctx: Context) -> Iterator[Finding]:
+    if p2p_only(ctx):
+        return
     cov = num(ctx.summary.get("overlap_coverage"))
     exposed = num(ctx.summary.get("exposed_comm_share"))
     if cov is None or exposed is None or exposed < ctx.t("exposed_comm_min"):
@@ -218,7 +233,7 @@ def _job_wide(ctx: Context) -> Iterator[Finding]:
         worst = min(low, key=low.get)
         ev.append(Evidence(f"lowest: rank {worst} at {pct(low[worst])}; {len(low)} rank(s) below target"))
     yield Finding(title=f"Only {pct(cov)} of communication overlaps compute ({pct(exposed)} of step time exposed)",
-                  fix=_bucket_advice(ctx, cov) if not tp and not pipeline else "",
+                  fix=_bucket_advice(ctx, cov) if not tp and not pipeline else _PIPELINE_OVERLAP,
                   severity="warning" if severe else "info", confidence=0.8 if severe else 0.6, evidence=ev,
                   cost=exposed, subject=Subject(ranks=sorted(low), process_group=None if g is None else
                                                 str(g.get("name"))),
@@ -265,7 +280,7 @@ def high_comm_share(ctx: Context) -> Iterator[Finding]:
                           involved=set(ranks), extra={"role": role})
         return
     share = num(ctx.summary.get("comm_share"))
-    if share is None:
+    if share is None or p2p_only(ctx):
         return
     tp = _has_tp(ctx)
     limit = ctx.t("tp_comm_share_max") if tp else ctx.t("dp_comm_share_max")

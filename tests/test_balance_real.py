@@ -159,3 +159,4 @@ def test_a_cpu_run_is_not_told_about_its_gpu():
     """The host straggler of a gloo CPU run is explained without a GPU (the GPU wording is for GPU traces)."""
     f = next(f for f in _report("fixtures/real-cpu-perf/ddp4-host-20")["findings"] if f["id"] == "LOAD001")
     assert f["subject"]["ranks"] == [0] and "host work" in f["title"] and "GPU" not in f["title"]
+    assert not [e["text"] for e in f["evidence"] if "GPU" in e["text"] or "kernel" in e["text"]]

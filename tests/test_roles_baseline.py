@@ -160,3 +160,12 @@ def test_baseline_diff_counts_collectives_that_changed():
     c = sec["diff"]["collective_counts"]
     assert [(r["process_group"], r["op"]) for r in c] == [("0", "allreduce")]
     assert (c[0]["baseline_per_step"], c[0]["current_per_step"]) == (13.0, 62.0)  # 124 in 2 steps (COMM003 says 62 per step too)
+
+
+@pytest.mark.parametrize("run", ["pp4-m4-1f1b-noshapes-small", "pp3-m9-gpipe-noshapes-medium3"])
+def test_a_pipeline_whose_only_traffic_is_send_recv_gets_no_dp_target(run):
+    """Its comm share and overlap are stages waiting for each other (the PIPE rules' business): no COMM001/002
+    with a data-parallel target or the DDP fix."""
+    rep = report(f"fixtures/real-cpu-pipes/{run}")
+    assert rep["cross_rank"]["pipeline"]["detected"]
+    assert not [f["id"] for f in rep["findings"] if f["id"] in ("COMM001", "COMM002")]

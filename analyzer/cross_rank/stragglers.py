@@ -294,7 +294,11 @@ def analyse(job: Any, inst: pd.DataFrame, members: pd.DataFrame, offset_of: Opti
             parts.append(f"its compute per step is {comp / 1e3:.1f} µs above the other ranks' median")
         elif gap > comp and gap >= EXPLAINS * delay:
             attribution = "host"
-            parts.append(f"its first kernel of a step starts {gap / 1e3:.1f} µs later than the other ranks' "
+            cpu = bool(getattr(job, "traces", None)) and all(
+                getattr(t, "device_type", "gpu") == "cpu" for t in job.traces.values())
+            parts.append(f"its first compute of a step starts {gap / 1e3:.1f} µs later than the other ranks' "
+                         "(host-side work outside the traced compute: data loading, logging, Python)" if cpu else
+                         f"its first kernel of a step starts {gap / 1e3:.1f} µs later than the other ranks' "
                          "(data loading / host-side work before the step's GPU work)")
         else:
             parts.append(f"neither its compute (+{comp / 1e3:.1f} µs) nor its host gap (+{gap / 1e3:.1f} µs) "
