@@ -236,9 +236,11 @@ def _link_evidence(job: Job) -> lk.LinkEvidence:
 def group_link(job: Job, group: dict) -> lk.Link:
     """Link class and nominal busbw of one process group (analyzer/cross_rank/links.py)."""
     ranks = [r for r in group.get("ranks") or [] if r in job.traces]
-    cpu = any(t.device_type == "cpu" for t in job.traces.values())
-    names = [job.traces[r].meta.get("gpu_name") for r in ranks] or \
-        [t.meta.get("gpu_name") for t in job.traces.values()]
+    if "link_devices" not in job.cache:  # job-wide facts, once per job rather than once per group
+        job.cache["link_devices"] = (any(t.device_type == "cpu" for t in job.traces.values()),
+                                     [t.meta.get("gpu_name") for t in job.traces.values()])
+    cpu, all_names = job.cache["link_devices"]
+    names = [job.traces[r].meta.get("gpu_name") for r in ranks] or all_names
     gpu = next((g for g in (lk.gpu_of(n) for n in names) if g is not None), None)
     return lk.classify(str(group.get("span", "unknown")), cpu, gpu, _link_evidence(job))
 

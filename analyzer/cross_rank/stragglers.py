@@ -199,8 +199,11 @@ def _exposed(job: Any, hold: pd.DataFrame, members: pd.DataFrame, offset_of: dic
     exposed = np.zeros(len(blocks), dtype=np.int64)
     bm = blocks["member"].to_numpy()
     lo, hi = blocks["lo"].to_numpy(), blocks["hi"].to_numpy()
-    for r in ranks:  # each member's compute on its own clock (vectorised within the rank)
-        sel = np.flatnonzero(bm == r)
+    by_member = np.argsort(bm, kind="stable")  # one sort, then each member's rows are a slice (not ranks × rows)
+    members_sorted, first = np.unique(bm[by_member], return_index=True)
+    bounds = np.append(first, len(bm))
+    for i, r in enumerate(members_sorted):  # each member's compute on its own clock (vectorised within the rank)
+        sel = by_member[bounds[i]:bounds[i + 1]]
         if int(r) in job.traces:
             exposed[sel] = (hi[sel] - lo[sel]) - iv.clipped_lengths(compute_union(job, int(r)), lo[sel], hi[sel])
     blocks["exposed_ns"] = exposed
