@@ -147,3 +147,11 @@ def test_ib_without_gpudirect_rdma(tmp_path):
     assert "NCCL_NET_GDR_LEVEL=LOC" in text and "NCCL_ALGO=Tree" in text
     links = rep["cross_rank"]["links"]
     assert links["gdr"] is False and links["coll_channels"] == 1
+
+
+@pytest.mark.parametrize("value,allowed", [("LL", {"ll"}), ("^LL", {"ll128", "simple"}),
+                                           ("LL,LL128", {"ll", "ll128"}), ("simple", {"simple"})])
+def test_nccl_proto_values_are_read_as_nccl_reads_them(value, allowed):
+    """NCCL_PROTO is a list of allowed protocols, or '^' and the excluded ones ('^LL': everything but LL)."""
+    from analyzer.cross_rank.links import _protocols
+    assert _protocols(value) == allowed

@@ -278,11 +278,23 @@ def low_busbw_causes(link: Link, ev: LinkEvidence) -> list[tuple]:
     for name in ("NCCL_ALGO", "NCCL_PROTO"):
         v = env.get(name)
         if v:
-            why = " (LL / LL128 carry at most about half the link's bandwidth on large messages)" \
-                if name == "NCCL_PROTO" and "simple" not in v[0].lower() else ""
+            why = ""
+            if name == "NCCL_PROTO":
+                allowed = _protocols(v[0])
+                if allowed == {"ll"}:
+                    why = " (LL alone carries about half the link's bandwidth on large messages)"
+                elif "simple" not in allowed:
+                    why = " (without Simple, large messages lose some of the link's bandwidth)"
             out.append((f"{name}={v[0]} set by environment: NCCL's tuner does not choose the algorithm / protocol"
                         f"{why}", v[1], v[2]))
     return out
+
+
+def _protocols(value: str) -> set[str]:
+    """The protocols an NCCL_PROTO value allows: a list ('LL,LL128'), or '^' and the ones excluded ('^LL')."""
+    every = {"ll", "ll128", "simple"}
+    names = {x.strip().lower() for x in value.lstrip("^").split(",") if x.strip()}
+    return every - names if value.startswith("^") else names & every
 
 
 def _fact(ev: LinkEvidence, needle: str) -> tuple[Optional[str], Optional[int]]:
