@@ -267,7 +267,8 @@ def low_busbw(ctx: Context) -> Iterator[Finding]:
     algorithm or protocol; a channel cap below the measured busbw is not offered as a cause). Rows of one link
     class and op make one finding, whatever the number of groups. Socket links are NET002's business; classes
     without a nominal (unknown GPU or hosts) are not judged. Cost: the transfer time the expected bandwidth
-    would have saved, as a fraction of step time (the worst group); below busbw_cost_min the finding is info.
+    would have saved, as a fraction of step time (the worst group), at most the job's exposed communication
+    share (time hidden under compute costs nothing); below busbw_cost_min the finding is info.
     """
     if ctx.cpu_only():
         return
@@ -317,6 +318,9 @@ def _busbw_finding(ctx: Context, link: str, op: str, rows: list, cls: dict, caus
         transfer = (num(x[0].get("count")) or 0.0) * (num(x[0].get("mean_transfer_us")) or 0.0)
         if tt and x[2]:
             costs.append(min(1.0, transfer * (1.0 - x[1] / x[2]) / tt))
+    exposed = num(ctx.summary.get("exposed_comm_share"))
+    if exposed is not None:  # time a faster link saves is at most the communication no compute hides
+        costs = [min(c, exposed) for c in costs]
     nominal = num(r.get("nominal_busbw_gbps"))
     where = f"process group {groups[0]}" if len(groups) == 1 else f"{len(groups)} process groups"
     ev = [Evidence(f"group {x[0].get('process_group')}: {int(num(x[0].get('count')) or 0)} calls, mean "

@@ -168,8 +168,12 @@ def test_low_busbw():
     row = dict(nominal_busbw_gbps=25.0, expected_busbw_gbps=24.0)
     f = first(_coll(mean_busbw_gbps=5.0, **row))
     assert f.id == "NET004" and f.subject.process_group == "0"
-    # cost: transfer 12 × 2000 µs = 24 ms of 30 ms traced; 5 of an expected 24 GB/s
-    assert f.cost == pytest.approx(24000 * (1 - 5.0 / 24.0) / 30000)
+    # cost: transfer 12 × 2000 µs = 24 ms of 30 ms traced; 5 of an expected 24 GB/s; but never more than the
+    # exposed communication (a faster link saves only the time no compute hides)
+    assert f.cost == pytest.approx(0.005)  # base()'s exposed comm share
+    rep = _coll(mean_busbw_gbps=5.0, **row)
+    rep["job"]["summary"]["exposed_comm_share"] = 0.9
+    assert first(rep).cost == pytest.approx(24000 * (1 - 5.0 / 24.0) / 30000)
     assert ids(_coll(mean_busbw_gbps=20.0, **row)) == []                        # ≥ 80 % of expected
     assert ids(_coll(mean_busbw_gbps=5.0, bytes=12 * 0.5e6, **row)) == []       # below busbw_min_bytes
     assert ids(_coll(mean_busbw_gbps=5.0, link_class="socket", **row)) == ["NET002"]  # sockets: NET002's business
