@@ -342,10 +342,15 @@ def _busbw_finding(ctx: Context, link: str, op: str, rows: list, cls: dict, caus
     g0 = ctx.group(r.get("process_group")) or {}
     if g0.get("hosts"):
         ev.append(Evidence(_hosts_text(g0["hosts"])))
+    # a class no log showed (hosts without an NCCL log: InfiniBand assumed) is a guess: say so, do not warn
+    assumed = any("assumed" in str(e) for e in cls.get("evidence") or [])
+    if assumed:
+        ev.append(Evidence(f"the link class is assumed ({'; '.join(str(e) for e in cls.get('evidence') or [])}): "
+                           "NCCL logs (NCCL_DEBUG=INFO) would say which transport ran"))
     return Finding(title=f"{op} on {where} reaches {bw:.1f} GB/s busbw over {link} (expected ≥ {frac * target:.0f} "
                          f"GB/s at {mb(mean_bytes)})"[:200],
-                   severity="info" if costs and max(costs) < ctx.t("busbw_cost_min") else "warning",
-                   confidence=0.8 if causes else 0.7, cost=max(costs) if costs else None, evidence=ev,
+                   severity="info" if assumed or (costs and max(costs) < ctx.t("busbw_cost_min")) else "warning",
+                   confidence=0.5 if assumed else 0.8 if causes else 0.7, cost=max(costs) if costs else None, evidence=ev,
                    fix=_LINK_FIX.get(link, "") + (f" First: {causes[0].get('text')}." if causes else ""),
                    subject=Subject(ranks=sorted(ranks), process_group=groups[0] if len(groups) == 1 else None,
                                    collective={"op": op, "seq": None}),

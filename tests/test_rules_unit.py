@@ -183,6 +183,18 @@ def test_low_busbw():
     assert ids(_coll(mean_busbw_gbps=5.0), thresholds={"busbw_ib_min_gbps": 10.0}) == ["NET004"]
 
 
+def test_low_busbw_on_an_assumed_link_is_an_info():
+    """Hosts without an NCCL log: the link class is a guess, so NET004 informs at 0.5 and says how to know."""
+    rep = _coll(mean_busbw_gbps=5.0, nominal_busbw_gbps=25.0, expected_busbw_gbps=24.0)
+    rep["job"]["summary"]["exposed_comm_share"] = 0.9
+    link = rep["cross_rank"]["collectives"]["by_group_op"][0].get("link_class") or "ib"
+    rep["cross_rank"]["links"] = {"classes": [{"link_class": link, "nominal_gbps": 25.0,
+                                               "evidence": ["no NCCL log: InfiniBand assumed between hosts"]}]}
+    f = first(rep)
+    assert (f.id, f.severity, f.confidence) == ("NET004", "info", 0.5)
+    assert any("the link class is assumed" in e.text for e in f.evidence)
+
+
 def _summary(rep, **kw):
     rep["job"]["summary"].update(kw)
     return rep
