@@ -37,6 +37,13 @@ def _same(a, b) -> None:
         # columns added after the reference was frozen (the launching CPU thread, the kernel family) are compared
         # elsewhere
         assert set(got.columns) - set(want.columns) <= {"launch_tid", "family"}
+        if f == "collectives" and "family" in got.columns and len(got) == len(want):
+            # gloo spans' sizes from record_shapes were added after the reference was frozen (the reference has
+            # none for them; tests/test_kineto.py checks the values): take those two cells from the current parser
+            gloo = (got["family"].to_numpy() == "gloo") & (want["in_nelems"].to_numpy() == -1)
+            want = want.copy()
+            for c in ("in_nelems", "dtype"):
+                want.loc[gloo, c] = got.loc[gloo, c].to_numpy()
         pd.testing.assert_frame_equal(got[list(want.columns)], want, check_exact=True)
 
 
