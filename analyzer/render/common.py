@@ -222,6 +222,19 @@ def mb(nbytes: Optional[float]) -> str:
     return "-" if nbytes is None else f"{nbytes / 1e6:.3f}"
 
 
+def schedule_name(pipe: dict) -> str:
+    """The pipeline schedule as inferred ('zbv', 'looped_bfs', 'interleaved_1f1b'), else the coarse family."""
+    inferred = str(((pipe.get("inference") or {}).get("schedule")) or "")
+    return inferred if inferred and inferred != "unknown" else str(pipe.get("schedule") or "unknown")
+
+
+def pipeline_shape(pipe: dict) -> str:
+    """'zbv, p=2 v=2 m=8' (v only when the stages hold several chunks)."""
+    v = pipe.get("v")
+    return (f"{schedule_name(pipe)}, p={pipe.get('p')}" + (f" v={v}" if isinstance(v, int) and v > 1 else "")
+            + f" m={pipe.get('m')}")
+
+
 def job_shape(report: dict) -> str:
     """'tp=2 pp=2 dp=2 (pipeline 1f1b, p=2 m=4)' from the process-group roles; groups of one rank say nothing."""
     cr = report.get("cross_rank") or {}
@@ -233,5 +246,5 @@ def job_shape(report: dict) -> str:
     parts = [f"{k}={v}" for k, v in sizes.items()]
     pipe = cr.get("pipeline") or {}
     if pipe.get("detected"):
-        parts.append(f"(pipeline {pipe.get('schedule', 'unknown')}, p={pipe.get('p')} m={pipe.get('m')})")
+        parts.append(f"(pipeline {pipeline_shape(pipe)})")
     return " ".join(parts)

@@ -7,7 +7,7 @@ from typing import Any, Optional
 from analyzer.render import sanitize
 
 from analyzer.render.common import (consequence_lines, cost_text, evidence_texts, explained_by, mb, ms,
-                                    nothing_analysed, num, pct, printable, ranges, skipped_summary, subject_text)
+                                    pipeline_shape, nothing_analysed, num, pct, printable, ranges, skipped_summary, subject_text)
 
 CSS = """
 body{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:0;background:#fafafa;color:#222}
@@ -112,7 +112,7 @@ def _header(report: dict) -> str:
         facts.append(f"straggler: rank {strag}" + (f" (explained by {by}, below)" if by else ""))
     pipe = cr.get("pipeline") or {}
     if pipe.get("detected"):
-        facts.append(f"pipeline {pipe.get('schedule')} p={pipe.get('p')} m={pipe.get('m')}, bubble "
+        facts.append(f"pipeline {pipeline_shape(pipe)}, bubble "
                      f"{pct(pipe.get('mean_bubble_rate'))}")
     if job.get("missing_ranks"):
         facts.append(f"missing ranks {ranges(job['missing_ranks'])}")

@@ -6,7 +6,7 @@ from typing import Any, Optional
 from analyzer.render import sanitize
 
 from analyzer.render.common import (consequence_lines, cost_text, evidence_texts, job_shape, mb, ms,  # noqa: F401
-                                    nothing_analysed, num, pct, printable, ranges, skipped_summary, subject_text)
+                                    pipeline_shape, nothing_analysed, num, pct, printable, ranges, skipped_summary, subject_text)
 
 
 def one_line(text: Any) -> str:
@@ -204,7 +204,7 @@ def _groups(report: dict) -> list[str]:
             ["group", "op", "calls", "MB/call", "transfer ms/call", "busbw GB/s", "link"], body)
     pipe = cr.get("pipeline") or {}
     if pipe.get("detected"):
-        out += ["", f"pipeline: {one_line(pipe.get('schedule'))} p={pipe.get('p')} m={pipe.get('m')}, bubble "
+        out += ["", f"pipeline: {one_line(pipeline_shape(pipe))}, bubble "
                     f"{pct(pipe.get('mean_bubble_rate'))} (theory {pct(pipe.get('theoretical_bubble'))})"]
     return out
 
