@@ -243,7 +243,7 @@ def _run(argv: Optional[list[str]] = None) -> int:
     except UsageError as exc:
         print(f"analyze: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    from analyzer.report.baseline import BaselineError, parse_threshold
+    from analyzer.report.baseline import parse_threshold
     thresholds = {}
     for t in args.regression_threshold:
         try:
@@ -252,7 +252,6 @@ def _run(argv: Optional[list[str]] = None) -> int:
             print(f"analyze: error: --regression-threshold: {exc}", file=sys.stderr)
             return EXIT_USAGE
         thresholds[name] = value
-    from analyzer.api import load
     from analyzer.load.engine import DaskUnavailable, default_workers, make_engine
     try:
         engine = make_engine(args.jobs or default_workers(), args.dask)
@@ -263,12 +262,13 @@ def _run(argv: Optional[list[str]] = None) -> int:
         print(f"analyze: error: --dask {args.dask or ''}: cannot reach the Dask scheduler: {exc}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        return _run(args, thresholds, engine, targets, config_from_args)
+        return _analyse_and_write(args, thresholds, engine, targets, config_from_args)
     finally:
         engine.close()
 
 
-def _run(args: argparse.Namespace, thresholds: dict, engine: Any, targets: list, config_from_args) -> int:
+def _analyse_and_write(args: argparse.Namespace, thresholds: dict, engine: Any, targets: list,
+                       config_from_args: Callable) -> int:
     """Analyse, write every output asked for, and return the exit code (the engine stays up until the end:
     the HTML figures and the timeline read the ranks back through it)."""
     from analyzer.api import load
