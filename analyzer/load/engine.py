@@ -21,6 +21,8 @@ from typing import Any, Callable, Optional, Protocol, Sequence
 SCHEDULER_ENV = "ANALYZE_DASK_SCHEDULER"
 
 Progress = Optional[Callable[[int, int, Any], None]]
+#: applied in the caller's process to each result as it arrives (e.g. to share equal strings between ranks)
+Receive = Optional[Callable[[Any], Any]]
 
 
 class Engine(Protocol):
@@ -32,9 +34,9 @@ class Engine(Protocol):
     def map(self, fn: Callable[[Any], Any], items: Sequence[Any], progress: Progress = None) -> list: ...
 
     def map_keep(self, fn: Callable[[Any], tuple[Any, Any]], items: Sequence[Any],
-                 progress: Progress = None) -> tuple[list, list]:
-        """``fn(item)`` returns (compact, side): the compacts come back; each side stays where it was made
-        and is named by the handle returned for it (for :meth:`query`)."""
+                 progress: Progress = None, receive: Receive = None) -> tuple[list, list]:
+        """``fn(item)`` returns (compact, side): the compacts come back (through ``receive`` as each arrives);
+        each side stays where it was made and is named by the handle returned for it (for :meth:`query`)."""
         ...
 
     def query(self, fn: Callable[[Any, Any], Any], handles: Sequence[Any], args: Sequence[Any]) -> list:
@@ -73,12 +75,14 @@ class LocalEngine:
     def __init__(self, workers: int = 1):
         self.workers = max(1, int(workers))
 
-    def map(self, fn: Callable[[Any], Any], items: Sequence[Any], progress: Progress = None) -> list:
+    def map(self, fn: Callable[[Any], Any], items: Sequence[Any], progress: Progress = None,
+            receive: Receive = None) -> list:
         items = list(items)
         out: list = []
+        take = receive or (lambda r: r)
         if self.workers <= 1 or len(items) <= 1:
             for i, it in enumerate(items):
-                out.append(fn(it))
+                out.append(take(fn(it)))
                 if progress:
                     progress(i + 1, len(items), it)
             return out
@@ -88,7 +92,7 @@ class LocalEngine:
             ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None
         with ProcessPoolExecutor(max_workers=min(self.workers, len(items)), mp_context=ctx) as pool:
             for i, res in enumerate(pool.map(fn, items, chunksize=1)):
-                out.append(res)
+                out.append(take(res))
                 if progress:
                     progress(i + 1, len(items), items[i])
         return out
@@ -101,10 +105,11 @@ class LocalEngine:
         return self._folder
 
     def map_keep(self, fn: Callable[[Any], tuple[Any, Any]], items: Sequence[Any],
-                 progress: Progress = None) -> tuple[list, list]:
+                 progress: Progress = None, receive: Receive = None) -> tuple[list, list]:
         folder = self._scratch()
         res = self.map(_keep_local, [(fn, it, folder) for it in items],
-                       (lambda i, n, t: progress(i, n, t[1])) if progress else None)
+                       (lambda i, n, t: progress(i, n, t[1])) if progress else None,
+                       (lambda r: (receive(r[0]), r[1])) if receive else None)
         return [r[0] for r in res], [r[1] for r in res]
 
     def query(self, fn: Callable[[Any, Any], Any], handles: Sequence[Any], args: Sequence[Any]) -> list:
@@ -149,36 +154,39 @@ class DaskEngine:
         self.workers = max(1, len(self.client.scheduler_info().get("workers", {})) or int(workers))
         self._finalizer = weakref.finalize(self, _close_dask, self.client, self._cluster)
 
-    def map(self, fn: Callable[[Any], Any], items: Sequence[Any], progress: Progress = None) -> list:
+    def map(self, fn: Callable[[Any], Any], items: Sequence[Any], progress: Progress = None,
+            receive: Receive = None) -> list:
         items = list(items)
         if not items:
             return []
-        from distributed import as_completed
-        futures = self.client.map(fn, items, pure=False)
-        if progress:
-            index = {f.key: i for i, f in enumerate(futures)}
-            for n, f in enumerate(as_completed(futures), 1):
-                progress(n, len(items), items[index[f.key]])
-        out = self.client.gather(futures)
-        del futures
-        return list(out)
+        return self._collect(self.client.map(fn, items, pure=False), items, progress, receive)
 
     def map_keep(self, fn: Callable[[Any], tuple[Any, Any]], items: Sequence[Any],
-                 progress: Progress = None) -> tuple[list, list]:
+                 progress: Progress = None, receive: Receive = None) -> tuple[list, list]:
         items = list(items)
         if not items:
             return [], []
-        from distributed import as_completed
         both = self.client.map(fn, items, pure=False)
         compact = self.client.map(operator.itemgetter(0), both, pure=False)
         sides = self.client.map(operator.itemgetter(1), both, pure=False)  # stay on the workers
-        if progress:
-            index = {f.key: i for i, f in enumerate(compact)}
-            for n, f in enumerate(as_completed(compact), 1):
-                progress(n, len(items), items[index[f.key]])
-        out = self.client.gather(compact)
-        del both, compact
-        return list(out), sides
+        del both  # the cluster drops each (compact, side) pair once both halves are split off
+        return self._collect(compact, items, progress, receive), sides
+
+    def _collect(self, futures: list, items: list, progress: Progress, receive: Receive) -> list:
+        """The futures' results in order, each fetched as it completes (and then released on the cluster)."""
+        from distributed import as_completed
+        index = {f.key: i for i, f in enumerate(futures)}
+        out: list = [None] * len(futures)
+        with self.client.as_current():
+            done = as_completed(futures)
+        futures = None  # as_completed holds each until it is yielded
+        for n, f in enumerate(done, 1):
+            i, res = index[f.key], f.result()
+            out[i] = receive(res) if receive else res
+            del f
+            if progress:
+                progress(n, len(items), items[i])
+        return out
 
     def query(self, fn: Callable[[Any, Any], Any], handles: Sequence[Any], args: Sequence[Any]) -> list:
         if not handles:
