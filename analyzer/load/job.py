@@ -11,7 +11,7 @@ import pandas as pd
 
 from analyzer.load.damage import CutDamage, assess_job, drop_excluded
 from analyzer.load.engine import Engine, LocalEngine
-from analyzer.rank.summary import RankLanes, RankSummary, summarise
+from analyzer.rank.summary import RankLanes, RankSummary, SharedValues, summarise
 from parsers.discover import FR_DUMP, KINETO, NCCL_LOG, STDERR, discover
 from parsers.errors import InputError
 from parsers.kineto import load_trace
@@ -194,7 +194,9 @@ def load_job(paths: list[str | Path], jobs: Optional[int] = None,
     if engine is None:
         engine = LocalEngine(default_jobs() if jobs is None else max(1, jobs))
     parse = partial(_parse_trace, comm_kernels=tuple(comm_kernels or ()))
-    results, handles = engine.map_keep(parse, trace_paths, progress)
+    shared = SharedValues()
+    results, handles = engine.map_keep(parse, trace_paths, progress,
+                                       receive=lambda r: (shared.share(r[0]), r[1]))
     found_jobs, other_job, keep_folder = _split_jobs(trace_paths, results, select_job)
     traces: dict[int, RankSummary] = {}
     lane_handles: dict[int, Any] = {}

@@ -150,6 +150,40 @@ def compact_collectives(trace: Any, compute: iv.Intervals) -> pd.DataFrame:
     return df.reset_index(drop=True)
 
 
+class SharedValues:
+    """Equal values of different ranks as one object in the parent: each category string of the collective
+    rows (a 10,000-rank "Process Group Ranks" string is ~60 KB, the same on every member) and each
+    ``distributedInfo.pg_config`` (every rank lists every group). Without it the parent holds one copy per rank."""
+
+    def __init__(self) -> None:
+        self._strings: dict[str, str] = {}
+        self._configs: dict[bytes, Any] = {}
+
+    def string(self, value: str) -> str:
+        return self._strings.setdefault(value, value)
+
+    def config(self, value: Any) -> Any:
+        import msgspec
+        try:
+            key = msgspec.json.encode(value)
+        except (TypeError, ValueError, OverflowError):  # not JSON-like: keep this rank's own copy
+            return value
+        return self._configs.setdefault(key, value)
+
+    def share(self, summary: Optional["RankSummary"]) -> Optional["RankSummary"]:
+        """``summary`` with its category values and pg_config replaced by the shared objects (in place)."""
+        if summary is None:
+            return None
+        c = summary.collectives
+        for k in CATEGORY_COLUMNS:
+            if k in c and isinstance(c[k].dtype, pd.CategoricalDtype):
+                cats = pd.Index([self.string(v) for v in c[k].cat.categories], dtype=object)
+                c[k] = pd.Categorical.from_codes(c[k].cat.codes.to_numpy(), categories=cats)
+        if isinstance(summary.meta, dict) and summary.meta.get("pg_config") is not None:
+            summary.meta = {**summary.meta, "pg_config": self.config(summary.meta["pg_config"])}
+        return summary
+
+
 def lanes_of(sets: dict[str, iv.Intervals]) -> RankLanes:
     return RankLanes(sets["compute"], sets["comm"], sets["memcpy"])
 
