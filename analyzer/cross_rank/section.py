@@ -154,13 +154,16 @@ def _groups_section(job: Job, cr: CrossRank) -> list[dict]:
     nsteps = max(1, len([s for s in (job.step_metrics["step"].unique() if len(job.step_metrics) else [])
                          if s >= 0]))
     pos = _first_positions(job, cr)
+    # one pass over the rows, not one filter per group (10,000-rank jobs have thousands of groups)
+    by_group = dict(tuple(inst.groupby("process_group", sort=False, observed=True))) if len(inst) else {}
+    member_ranks = (cr.members.groupby("process_group", sort=False, observed=True)["rank"].unique().to_dict()
+                    if len(cr.members) else {})
     out = []
     for name in sorted(names, key=group_order):
         g = cr.groups.get(name)
         ranks = list(g.ranks) if g is not None and g.ranks else \
-            cr.expected.get(("collective", name)) or sorted(set(cr.members.loc[cr.members["process_group"] == name,
-                                                                             "rank"]))
-        sub = inst[inst["process_group"] == name] if len(inst) else inst
+            cr.expected.get(("collective", name)) or sorted(set(member_ranks.get(name, [])))
+        sub = by_group.get(name, inst.iloc[:0])
         ops = {str(k): int(v) for k, v in sub["op"].value_counts().items()} if len(sub) else {}
         if len(sub) and (sub["kind"] == "p2p").any():
             pp = sub[sub["kind"] == "p2p"]
