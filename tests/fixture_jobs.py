@@ -1,13 +1,16 @@
-"""The fixture jobs (every folder under fixtures/ that holds one job's inputs) and a digest of a job's JSON report.
+"""The fixture jobs (every folder under fixtures/ that holds one job's inputs) and digests of their JSON reports.
 
-Used by tests/test_report_identity.py: the report of every fixture job must not change when the per-rank work
-moves into the workers (docs/scale.md), and must be the same whichever engine runs it.
+tests/test_report_identity.py runs fixture jobs on every engine and compares the reports within the run. The
+digests are a developer's aid, never a CI test (reports change legitimately with every analysis change):
+``python -m tests.fixture_jobs write`` on the reference commit, then ``python -m tests.fixture_jobs check`` on
+a change that must not alter any report (docs/scale.md, "Checking that a change leaves every report alone").
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,21 +58,35 @@ QUICK_JOBS = [
     "fixtures/real-cpu-failures/pipeline_stage_stops_sending",
     "fixtures/sim/ddp_fully_overlapped",
 ]
-DIGESTS = ROOT / "tests" / "golden" / "fixture_report_digests.json"
+#: where the digests go (bench-data/ is git-ignored)
+DIGESTS = ROOT / "bench-data" / "fixture_report_digests.json"
 
 
-def main() -> int:
-    """Write DIGESTS from this checkout's reports (run on the commit whose reports are the reference)."""
+def main(argv: list[str]) -> int:
+    """``write [PATH]``: store every fixture job's report digest; ``check [PATH]``: list the jobs whose differ."""
     import analyzer
+    if not argv or argv[0] not in ("write", "check"):
+        print("usage: python -m tests.fixture_jobs write|check [PATH]", file=sys.stderr)
+        return 2
+    path = Path(argv[1]) if len(argv) > 1 else DIGESTS
     os.chdir(ROOT)  # the reports name the files by the relative paths given
-    out = {}
+    want = json.loads(path.read_text()) if argv[0] == "check" else {}
+    out, changed = {}, []
     for j in fixture_jobs():
-        a = analyzer.load(j, jobs=1)
-        out[j] = digest(a.report)
-        print(out[j], j, flush=True)
-    DIGESTS.write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
-    return 0
+        out[j] = digest(analyzer.load(j, jobs=1).report)
+        if argv[0] == "check" and want.get(j) != out[j]:
+            changed.append(j)
+            print("changed:", j, flush=True)
+    if argv[0] == "write":
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
+        print(f"wrote {len(out)} digests to {path}")
+        return 0
+    missing = sorted(set(want) - set(out))
+    print(f"{len(out) - len(changed)} of {len(out)} reports unchanged; {len(changed)} changed; "
+          f"{len(missing)} jobs gone: {missing}")
+    return 1 if changed or missing else 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(main(sys.argv[1:]))
