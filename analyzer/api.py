@@ -33,7 +33,7 @@ class Analysis:
     fail_on: str = "error"
     _cache: dict = field(default_factory=dict, repr=False)
     #: whether load() started the job's engine (then close() stops it)
-    owns_engine: bool = field(default=False, repr=False)
+    _owns_engine: bool = field(default=False, repr=False)
 
     def _get(self, key: str, build: Callable[[], Any]) -> Any:
         if key not in self._cache:
@@ -122,7 +122,7 @@ class Analysis:
         """Stop the engine this analysis started (a Dask LocalCluster; the pool's scratch folder). The report
         stays; figures and the timeline, which read ranks back through the engine, need it open."""
         eng = getattr(self.job, "engine", None)
-        if eng is not None and self.owns_engine:
+        if eng is not None and self._owns_engine:
             eng.close()
 
     def __enter__(self) -> "Analysis":
@@ -188,7 +188,7 @@ def load(paths: Union[PathLike, Iterable[PathLike]], *, job: Optional[str] = Non
     report = run_analysis(loaded, options)
     if baseline is not None and report.get("analysed", True):
         _apply_baseline(report, os.fspath(baseline), options, jobs, regression_thresholds or {})
-    return Analysis(loaded, report, fail_on, owns_engine=owns)
+    return Analysis(loaded, report, fail_on, _owns_engine=owns)
 
 
 def _apply_baseline(report: dict, source: str, options: Any, jobs: Optional[int], thresholds: dict) -> None:
