@@ -22,6 +22,7 @@ import pandas as pd
 
 from analyzer.phrases import ranks_text
 from analyzer.rank import intervals as iv
+from analyzer.rank.summary import first_activity_gaps
 
 TIE_NS = 1_000
 #: Delay a straggler must cause, as a share of the median step (tuned on the real CPU runs, docs/cross-rank.md).
@@ -129,7 +130,7 @@ def first_activity_gap(job: Any) -> pd.DataFrame:
     sm = job.step_metrics
     kept = set(zip(sm["rank"], sm["step"])) if sm is not None and len(sm) else set()
     for r, t in job.traces.items():
-        g = t.first_gaps
+        g = t.first_gaps if hasattr(t, "first_gaps") else first_activity_gaps(t)  # a full trace: computed here
         if g is None or not len(g):
             continue
         df = g.assign(rank=r)[["rank", "step", "gap_ns"]]
@@ -153,9 +154,14 @@ def compute_union(job: Any, rank: int) -> iv.Intervals:
     key = ("compute_union", rank)
     if key not in job.cache:  # kept where the rank was parsed (analyzer/rank/summary.py RankLanes)
         t = job.traces[rank]
-        lo, hi = t.activity_start, t.activity_end
-        got = job.lanes({rank: (int(lo), int(hi) + 1)}).get(rank) if lo is not None and hi is not None else None
-        job.cache[key] = got["compute"] if got else iv.empty()
+        if hasattr(t, "n_activities"):  # a RankSummary
+            lo, hi = t.activity_start, t.activity_end
+            got = job.lanes({rank: (int(lo), int(hi) + 1)}).get(rank) if lo is not None else None
+            job.cache[key] = got["compute"] if got else iv.empty()
+        else:
+            a = t.activity
+            comp = a["kind"].to_numpy() == "compute"
+            job.cache[key] = iv.union(a["start"].to_numpy()[comp], a["end"].to_numpy()[comp])
     return job.cache[key]
 
 

@@ -20,8 +20,8 @@ from analyzer.rank.metrics import kind_sets, rank_step_metrics
 
 #: Collective columns kept (the parser's, minus its activity index) and the ones stored as categories.
 COLLECTIVE_COLUMNS = ["start", "end", "stream", "op", "in_nelems", "out_nelems", "dtype", "pg_name", "pg_desc",
-                      "pg_ranks", "group_size", "peer", "step", "compute_before"]
-CATEGORY_COLUMNS = ("op", "dtype", "pg_name", "pg_desc", "pg_ranks")
+                      "pg_ranks", "group_size", "peer", "family", "step", "compute_before"]
+CATEGORY_COLUMNS = ("op", "dtype", "pg_name", "pg_desc", "pg_ranks", "family")
 #: the send/recv ops (never a group's first collective of a step)
 _P2P = ("send", "recv")
 
