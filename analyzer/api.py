@@ -32,6 +32,8 @@ class Analysis:
     report: dict
     fail_on: str = "error"
     _cache: dict = field(default_factory=dict, repr=False)
+    #: whether load() started the job's engine (then close() stops it)
+    _owns_engine: bool = field(default=False, repr=False)
 
     def _get(self, key: str, build: Callable[[], Any]) -> Any:
         if key not in self._cache:
@@ -116,6 +118,19 @@ class Analysis:
         return write_timeline(path, self.report, self.timeline_input(),
                               DEFAULT_MAX_EVENTS if max_events is None else max_events)
 
+    def close(self) -> None:
+        """Stop the engine this analysis started (a Dask LocalCluster; the pool's scratch folder). The report
+        stays; figures and the timeline, which read ranks back through the engine, need it open."""
+        eng = getattr(self.job, "engine", None)
+        if eng is not None and self._owns_engine:
+            eng.close()
+
+    def __enter__(self) -> "Analysis":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
     def failing(self, fail_on: Optional[str] = None) -> list[dict]:
         """The findings at or above ``fail_on`` (error | warning | never)."""
         from analyzer.render.common import failing
@@ -140,7 +155,8 @@ def load(paths: Union[PathLike, Iterable[PathLike]], *, job: Optional[str] = Non
          ignore: Optional[list[str]] = None, thresholds: Optional[dict[str, float]] = None,
          config: Optional[PathLike] = None, rule_config: Any = None, baseline: Optional[PathLike] = None,
          regression_thresholds: Optional[dict[str, float]] = None, fail_on: str = "error",
-         progress: Optional[Callable[[int, int, str], None]] = None) -> Analysis:
+         progress: Optional[Callable[[int, int, str], None]] = None, dask: Optional[str] = None,
+         engine: Any = None) -> Analysis:
     """Read and analyse one job from trace files and folders.
 
     ``job``: which job when the inputs hold several (label, number or folder; default the one with the most
@@ -149,6 +165,9 @@ def load(paths: Union[PathLike, Iterable[PathLike]], *, job: Optional[str] = Non
     is read unless ``config`` is given). ``baseline``: an earlier run's folder or saved JSON report.
     Raises InputPathError for a path that does not exist, ValueError for a ``job`` that matches none, and
     analyzer.report.baseline.BaselineError for an unreadable baseline.
+    ``dask``: run the per-rank work on Dask — "local" (a LocalCluster of ``jobs`` workers) or a scheduler
+    address (default $ANALYZE_DASK_SCHEDULER, else local processes); ``engine``: an engine of your own
+    (analyzer.load.engine), left open. An engine this call starts is closed by :meth:`Analysis.close`.
     """
     from analyzer.load.job import load_job
     from analyzer.report.assemble import Options, run_analysis
@@ -161,11 +180,15 @@ def load(paths: Union[PathLike, Iterable[PathLike]], *, job: Optional[str] = Non
                                    os.fspath(config) if config else None, isolated=config is None)
     options = Options(gpus_per_node=gpus_per_node, rule_config=rule_config)
     comm_kernels = getattr(rule_config, "comm_kernels", None)  # [tool.analyze] comm-kernels (docs/metrics.md)
-    loaded = load_job(ps, jobs=jobs, progress=progress, select_job=job, comm_kernels=comm_kernels)
+    owns = engine is None
+    if engine is None:
+        from analyzer.load.engine import default_workers, make_engine
+        engine = make_engine(default_workers() if jobs is None else max(1, jobs), dask)
+    loaded = load_job(ps, jobs=jobs, progress=progress, select_job=job, comm_kernels=comm_kernels, engine=engine)
     report = run_analysis(loaded, options)
     if baseline is not None and report.get("analysed", True):
         _apply_baseline(report, os.fspath(baseline), options, jobs, regression_thresholds or {})
-    return Analysis(loaded, report, fail_on)
+    return Analysis(loaded, report, fail_on, _owns_engine=owns)
 
 
 def _apply_baseline(report: dict, source: str, options: Any, jobs: Optional[int], thresholds: dict) -> None:

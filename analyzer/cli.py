@@ -76,7 +76,12 @@ def build_parser() -> argparse.ArgumentParser:
                       help="override a regression threshold, e.g. step_time=0.1 or busbw=20%% "
                            "(defaults in docs/json-schema.md)")
     p.add_argument("--jobs", type=_positive_int, default=None,
-                   help="worker processes for parsing (default: all cores)")
+                   help="worker processes for parsing (default: all cores; with --dask local, the cluster's workers)")
+    p.add_argument("--dask", metavar="local|ADDRESS", default=None,
+                   help="run the per-rank work on Dask (optional extra: pip install '.[dask]'): 'local' starts a "
+                        "LocalCluster of --jobs workers; tcp://host:8786 uses a running scheduler whose workers "
+                        "read the traces by path (default: $ANALYZE_DASK_SCHEDULER, else local processes; "
+                        "docs/scale.md)")
     p.add_argument("--job", metavar="LABEL",
                    help="when the inputs hold several jobs: analyse this one (its label or number as listed, "
                         "or its folder; default: the one with the most ranks)")
@@ -238,7 +243,7 @@ def _run(argv: Optional[list[str]] = None) -> int:
     except UsageError as exc:
         print(f"analyze: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    from analyzer.report.baseline import BaselineError, parse_threshold
+    from analyzer.report.baseline import parse_threshold
     thresholds = {}
     for t in args.regression_threshold:
         try:
@@ -247,12 +252,32 @@ def _run(argv: Optional[list[str]] = None) -> int:
             print(f"analyze: error: --regression-threshold: {exc}", file=sys.stderr)
             return EXIT_USAGE
         thresholds[name] = value
+    from analyzer.load.engine import DaskUnavailable, default_workers, make_engine
+    try:
+        engine = make_engine(args.jobs or default_workers(), args.dask)
+    except DaskUnavailable as exc:
+        print(f"analyze: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except (OSError, TimeoutError, ValueError) as exc:  # no scheduler at that address
+        print(f"analyze: error: --dask {args.dask or ''}: cannot reach the Dask scheduler: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        return _analyse_and_write(args, thresholds, engine, targets, config_from_args)
+    finally:
+        engine.close()
+
+
+def _analyse_and_write(args: argparse.Namespace, thresholds: dict, engine: Any, targets: list,
+                       config_from_args: Callable) -> int:
+    """Analyse, write every output asked for, and return the exit code (the engine stays up until the end:
+    the HTML figures and the timeline read the ranks back through it)."""
     from analyzer.api import load
+    from analyzer.report.baseline import BaselineError
     try:
         analysis = load(args.paths, job=args.job, jobs=args.jobs, gpus_per_node=args.gpus_per_node,
                         rule_config=config_from_args(args), baseline=args.baseline,
                         regression_thresholds=thresholds, fail_on=args.fail_on,
-                        progress=progress_printer(args.quiet))
+                        progress=progress_printer(args.quiet), engine=engine)
     except BaselineError as exc:
         print(f"analyze: error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_USAGE

@@ -99,6 +99,7 @@ class RankWriter:
         return k_start + dur
 
     def step(self, n: int) -> list[str]:
+        """Events of training step ``n`` (ProfilerStep#n on the CPU and GPU tracks, and everything inside)."""
         out: list[str] = []
         rng = self.rng
         step_start = self.t
@@ -135,14 +136,14 @@ class RankWriter:
                     self.launch(body, kname, t + 20, 7)
                     t += 60.0 + rng.uniform(0, 5)
                 if phase == "bwd" and layer % 4 == 3:
-                    n = rng.choice([1 << 20, 1 << 22, 1 << 24])
+                    nelems = rng.choice([1 << 20, 1 << 22, 1 << 24])
                     body.append(self.x("cpu_op", "record_param_comms", self.pid, self.tid, t, 30.0,
                                        f'"External id": {self.ext},"Record function id": 0, '
                                        f'"Collective name": "allreduce", "dtype": "Float", "Group size": '
                                        f'{self.world}, "Process Group Name": "0"'))
                     self.ext += 1
                     self.launch(body, "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
-                                t + 10, 20, comm_args_base.format(n=n, g=self.world, last=self.world - 1))
+                                t + 10, 20, comm_args_base.format(n=nelems, g=self.world, last=self.world - 1))
                     t += 40
         m = rng.uniform(5, 50)
         body.append(self.x("cuda_runtime", "cudaMemcpyAsync", self.pid, self.tid, t, 8.0,

@@ -50,6 +50,9 @@ def gather(job: Any) -> pd.DataFrame:
 
     A trace cut off mid-write gives only its rows before the cut, and none when the cut lost a whole thread
     (its collectives are then an unknown subset: analyzer/load/damage.py).
+
+    The rows come from each rank's summary (analyzer/rank/summary.py) with their step and ``compute_before``
+    (share of the step's compute done before the row) already computed where the rank was parsed.
     """
     frames = []
     damage = getattr(job, "damage", None) or {}
@@ -60,11 +63,14 @@ def gather(job: Any) -> pd.DataFrame:
             c = c[c["start"].to_numpy() < d.cut_at_ns] if d.collectives_trusted() else c.iloc[:0]
         if c is None or not len(c):
             continue
-        df = c.reindex(columns=[k for k in _LONG_COLUMNS if k not in ("rank", "device_type")]).copy()
+        df = c.reindex(columns=[k for k in _LONG_COLUMNS if k not in ("rank", "device_type")]
+                       + ["step", "compute_before"]).copy()
+        for k in ("op", "dtype", "pg_name", "pg_ranks"):  # categories → strings (shared: one object per value)
+            if isinstance(df[k].dtype, pd.CategoricalDtype):
+                df[k] = df[k].astype(str)
         df["rank"] = r
         df["device_type"] = t.device_type
-        df["step"] = _step_of(t.steps, df["start"].to_numpy())
-        frames.append(df)
+        frames.append(df[[k for k in _LONG_COLUMNS] + ["step", "compute_before"]])
     if not frames:
         return pd.DataFrame({k: [] for k in _LONG_COLUMNS + ["step"]})
     long = pd.concat(frames, ignore_index=True)
@@ -75,17 +81,6 @@ def gather(job: Any) -> pd.DataFrame:
     long["nelems"] = np.where(long["nelems"] < 0, np.maximum(long["in_nelems"], long["out_nelems"]),
                               long["nelems"]).astype(np.int64)
     return long
-
-
-def _step_of(steps: pd.DataFrame, t: np.ndarray) -> np.ndarray:
-    """ProfilerStep number containing each time (−1 outside every step / no steps)."""
-    if steps is None or not len(steps):
-        return np.full(len(t), -1, np.int64)
-    st = steps.sort_values("start")
-    s, e, n = st["start"].to_numpy(), st["end"].to_numpy(), st["step"].to_numpy()
-    k = np.searchsorted(s, t, side="right") - 1
-    ok = (k >= 0) & (t < e[np.maximum(k, 0)])
-    return np.where(ok, n[np.maximum(k, 0)], -1).astype(np.int64)
 
 
 @dataclass

@@ -218,7 +218,8 @@ def _blocks_of(job: Any, ranks: list[int]) -> dict[int, RankBlocks]:
     cache = job.cache.setdefault("pipeline_blocks", {}) if hasattr(job, "cache") else {}
     for r in ranks:
         if r not in cache and r in job.traces:
-            cache[r] = rank_blocks(r, job.traces[r])
+            t = job.traces[r]  # a RankSummary brings its blocks, computed where the rank was parsed
+            cache[r] = t.blocks if getattr(t, "blocks", None) is not None else rank_blocks(r, t)
     return {r: cache[r] for r in ranks if r in cache}
 
 

@@ -19,6 +19,24 @@ from analyzer.rank.metrics import kind_sets, step_windows
 ROLE_ORDER = ("dp", "fsdp", "tp", "ep", "pp", "unknown")
 
 
+def compute_sets(job: Any, ranks: list[int]) -> dict[int, iv.Intervals]:
+    """Each rank's compute interval set (own clock): read where a RankSummary's rank was parsed (one query for
+    all of them, not kept), or from a full trace's activity."""
+    out, windows = {}, {}
+    for r in ranks:
+        t = job.traces.get(r)
+        if t is None:
+            continue
+        if hasattr(t, "n_activities"):
+            if t.activity_start is not None:
+                windows[r] = (int(t.activity_start), int(t.activity_end) + 1)
+        else:
+            out[r] = kind_sets(t)["compute"]
+    if windows:
+        out.update({r: v["compute"] for r, v in job.lanes(windows).items() if v})
+    return out
+
+
 def role_metrics(job: Any, members: pd.DataFrame, offset_of: dict, role_of: dict[str, str],
                  n_steps: int) -> list[dict]:
     """One row per role: groups, comm/overlap/exposed time and shares, collectives per step and mean bytes."""
@@ -26,6 +44,7 @@ def role_metrics(job: Any, members: pd.DataFrame, offset_of: dict, role_of: dict
         return []
     m = members.assign(role=members["process_group"].map(role_of).fillna("unknown"))
     acc: dict[str, dict] = {}
+    computes = compute_sets(job, sorted({int(r) for r in m["rank"].unique()}))
     for rank, g in m.groupby("rank", sort=True):
         t = job.traces.get(int(rank))
         if t is None:
@@ -33,8 +52,7 @@ def role_metrics(job: Any, members: pd.DataFrame, offset_of: dict, role_of: dict
         steps, lo, hi, _ = step_windows(t)
         if not len(steps):
             continue
-        sets = kind_sets(t)
-        compute = sets["compute"]
+        compute = computes.get(int(rank), iv.empty())
         step_total = float((hi - lo).sum())
         shift = int(offset_of.get(int(rank), 0))
         for role, rg in g.groupby("role", sort=False):

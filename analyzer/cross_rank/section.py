@@ -40,6 +40,8 @@ class CrossRank:
     unmatched_rows: int
     groups: dict
     desync: list = field(default_factory=list)  # collectives one rank lacks / adds / reorders (desync.py)
+    #: per group: median share of the step's compute done before its first collective (infer_role's first_pos)
+    first_compute: dict = field(default_factory=dict)
 
 
 def _next_id(obs: pd.DataFrame) -> int:
@@ -126,7 +128,8 @@ def _analyse(job: Job, gpus_per_node: Optional[int]) -> CrossRank:
     mem = mem[keep]
     inst, members = co.instance_frame(mem, hosts.rank_to_host if hosts.known else {}, expected)
     unmatched += int((~inst["complete"]).sum())
-    return CrossRank(hosts, al, inst, members, expected, keys.method, unmatched, declared, desyncs)
+    return CrossRank(hosts, al, inst, members, expected, keys.method, unmatched, declared, desyncs,
+                     first_compute_shares(coll))
 
 
 def _align_collectives(coll: pd.DataFrame, ranks: list[int], domain_of: dict) -> tuple:
@@ -151,13 +154,16 @@ def _groups_section(job: Job, cr: CrossRank) -> list[dict]:
     nsteps = max(1, len([s for s in (job.step_metrics["step"].unique() if len(job.step_metrics) else [])
                          if s >= 0]))
     pos = _first_positions(job, cr)
+    # one pass over the rows, not one filter per group (10,000-rank jobs have thousands of groups)
+    by_group = dict(tuple(inst.groupby("process_group", sort=False, observed=True))) if len(inst) else {}
+    member_ranks = (cr.members.groupby("process_group", sort=False, observed=True)["rank"].unique().to_dict()
+                    if len(cr.members) else {})
     out = []
     for name in sorted(names, key=group_order):
         g = cr.groups.get(name)
         ranks = list(g.ranks) if g is not None and g.ranks else \
-            cr.expected.get(("collective", name)) or sorted(set(cr.members.loc[cr.members["process_group"] == name,
-                                                                             "rank"]))
-        sub = inst[inst["process_group"] == name] if len(inst) else inst
+            cr.expected.get(("collective", name)) or sorted(set(member_ranks.get(name, [])))
+        sub = by_group.get(name, inst.iloc[:0])
         ops = {str(k): int(v) for k, v in sub["op"].value_counts().items()} if len(sub) else {}
         if len(sub) and (sub["kind"] == "p2p").any():
             pp = sub[sub["kind"] == "p2p"]
@@ -201,29 +207,25 @@ def world_group_role(ops: dict[str, int]) -> str:
 
 
 def _first_positions(job: Job, cr: CrossRank) -> dict:
-    """Per group: median (over members and steps) share of the step's compute done before its first collective."""
-    m = cr.members
-    if not len(m) or job.step_metrics is None or not len(job.step_metrics):
+    """Per group: median (over members and steps) share of the step's compute done before its first collective.
+
+    Each collective row carries that share for its own start (``compute_before``, computed where its rank was
+    parsed: analyzer/rank/summary.py); it grows with the start, so the first collective's is the least.
+    """
+    if not cr.first_compute or job.step_metrics is None or not len(job.step_metrics):
         return {}
-    m = m[(m["kind"] == "collective") & (m["step"] >= 0)]
-    first = m.groupby(["process_group", "rank", "step"])["start"].min().reset_index()
-    rows = []
-    for r, g in first.groupby("rank"):
-        t = job.traces[r]
-        u = sg.compute_union(job, int(r))
-        st = t.steps.set_index("step")
-        ws = st.loc[g["step"], "start"].to_numpy()
-        we = st.loc[g["step"], "end"].to_numpy()
-        local = g["start"].to_numpy() - cr.alignment.offset_of.get(int(r), 0)
-        before = iv.clipped_lengths(u, ws, np.minimum(local, we))
-        total = iv.clipped_lengths(u, ws, we)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            rows.append(pd.DataFrame({"process_group": g["process_group"].to_numpy(),
-                                      "pos": np.where(total > 0, before / np.maximum(total, 1), np.nan)}))
-    if not rows:
+    return dict(cr.first_compute)
+
+
+def first_compute_shares(coll: pd.DataFrame) -> dict:
+    """Median over (rank, step) of the least ``compute_before`` per (group, rank, step), by group (NaN dropped)."""
+    if "compute_before" not in coll or not len(coll):
         return {}
-    df = pd.concat(rows)
-    return df.groupby("process_group")["pos"].median().dropna().to_dict()
+    c = coll[coll["step"] >= 0]
+    if not len(c):
+        return {}
+    first = c.groupby(["process_group", "rank", "step"])["compute_before"].min().reset_index()
+    return first.groupby("process_group")["compute_before"].median().dropna().to_dict()
 
 
 def _link_evidence(job: Job) -> lk.LinkEvidence:

@@ -22,6 +22,7 @@ import pandas as pd
 
 from analyzer.phrases import ranks_text
 from analyzer.rank import intervals as iv
+from analyzer.rank.summary import first_activity_gaps
 
 TIE_NS = 1_000
 #: Delay a straggler must cause, as a share of the median step (tuned on the real CPU runs, docs/cross-rank.md).
@@ -120,7 +121,8 @@ def step_spread(step_metrics: pd.DataFrame, waited_for: Optional[dict] = None) -
 
 
 def first_activity_gap(job: Any) -> pd.DataFrame:
-    """Per rank and step: time from the step's start to its first device activity (host-side/data-loading gap).
+    """Per rank and step: time from the step's start to its first device activity (host-side/data-loading gap),
+    as each rank's summary computed it where the rank was parsed (analyzer/rank/summary.py).
 
     Only the steps the metrics keep (a cut-off trace's damaged steps are left out).
     """
@@ -128,15 +130,10 @@ def first_activity_gap(job: Any) -> pd.DataFrame:
     sm = job.step_metrics
     kept = set(zip(sm["rank"], sm["step"])) if sm is not None and len(sm) else set()
     for r, t in job.traces.items():
-        st, a = t.steps, t.activity
-        if not len(st) or not len(a):
+        g = t.first_gaps if hasattr(t, "first_gaps") else first_activity_gaps(t)  # a full trace: computed here
+        if g is None or not len(g):
             continue
-        s = np.sort(a["start"].to_numpy())
-        k = np.searchsorted(s, st["start"].to_numpy())
-        ok = k < len(s)
-        first = np.where(ok, s[np.minimum(k, len(s) - 1)], st["end"].to_numpy())
-        first = np.minimum(first, st["end"].to_numpy())
-        df = pd.DataFrame({"rank": r, "step": st["step"].to_numpy(), "gap_ns": first - st["start"].to_numpy()})
+        df = g.assign(rank=r)[["rank", "step", "gap_ns"]]
         rows.append(df[[(r, int(x)) in kept for x in df["step"]]])
     return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame({"rank": [], "step": [], "gap_ns": []})
 
@@ -155,10 +152,16 @@ def _excess(df: pd.DataFrame, col: str, rank: int) -> float:
 def compute_union(job: Any, rank: int) -> iv.Intervals:
     """A rank's compute time as a normalised interval set on its own clock (cached on the job)."""
     key = ("compute_union", rank)
-    if key not in job.cache:
-        a = job.traces[rank].activity
-        comp = a["kind"].to_numpy() == "compute"
-        job.cache[key] = iv.union(a["start"].to_numpy()[comp], a["end"].to_numpy()[comp])
+    if key not in job.cache:  # kept where the rank was parsed (analyzer/rank/summary.py RankLanes)
+        t = job.traces[rank]
+        if hasattr(t, "n_activities"):  # a RankSummary
+            lo, hi = t.activity_start, t.activity_end
+            got = job.lanes({rank: (int(lo), int(hi) + 1)}).get(rank) if lo is not None else None
+            job.cache[key] = got["compute"] if got else iv.empty()
+        else:
+            a = t.activity
+            comp = a["kind"].to_numpy() == "compute"
+            job.cache[key] = iv.union(a["start"].to_numpy()[comp], a["end"].to_numpy()[comp])
     return job.cache[key]
 
 

@@ -73,8 +73,16 @@ class Group:
 def declared_groups(job: Any) -> dict[str, Group]:
     """Union of every rank's `distributedInfo.pg_config` and the kernels' `Process Group Name/Ranks` args."""
     groups: dict[str, Group] = {}
+    # a pg_config shared by many ranks (analyzer.rank.summary.SharedValues) is read once; each rank string too
+    seen: dict[int, Any] = {}
+    parsed: dict[str, list[int]] = {}
     for t in job.traces.values():
-        for pg in t.meta.get("pg_config") or []:
+        config = t.meta.get("pg_config") or []
+        if seen.get(id(config)) is config:
+            config = []  # the same object as an earlier rank's: read already
+        else:
+            seen[id(config)] = config
+        for pg in config:
             if not isinstance(pg, dict) or pg.get("pg_name") is None:
                 continue
             name = str(pg["pg_name"])
@@ -89,7 +97,11 @@ def declared_groups(job: Any) -> dict[str, Group]:
             for name, desc, rk in zip(named["pg_name"], named["pg_desc"], named["pg_ranks"]):
                 g = groups.setdefault(name, Group(name))
                 g.desc = g.desc or desc
-                ranks = parse_ranks(rk)
+                ranks = parsed.get(rk) if isinstance(rk, str) else None
+                if ranks is None:
+                    ranks = parse_ranks(rk)
+                    if isinstance(rk, str):
+                        parsed[rk] = ranks
                 if len(ranks) > len(g.ranks):
                     g.ranks = ranks
     return groups

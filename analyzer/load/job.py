@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import os
-import sys
-from concurrent.futures import ProcessPoolExecutor
 from functools import partial
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,10 +10,11 @@ from typing import Any, Callable, Optional
 import pandas as pd
 
 from analyzer.load.damage import CutDamage, assess_job, drop_excluded
-from analyzer.rank.metrics import rank_step_metrics
+from analyzer.load.engine import Engine, LocalEngine
+from analyzer.rank.summary import RankLanes, RankSummary, SharedValues, summarise
 from parsers.discover import FR_DUMP, KINETO, NCCL_LOG, STDERR, discover
 from parsers.errors import InputError
-from parsers.kineto import KinetoTrace, load_trace
+from parsers.kineto import load_trace
 
 READ, SALVAGED, SKIPPED, FAILED = "read", "salvaged", "skipped", "failed"
 
@@ -33,10 +32,14 @@ class FileRecord:
 
 @dataclass
 class Job:
-    """Everything read from one run folder: per-rank traces and metrics, logs, dumps, and the input report."""
+    """Everything read from one run folder: per-rank summaries and metrics, logs, dumps, and the input report.
+
+    ``traces`` holds one compact RankSummary per rank (analyzer/rank/summary.py), never a rank's activity table;
+    :meth:`lanes` and :meth:`full_trace` read more of a rank back when a renderer needs it (docs/scale.md).
+    """
 
     files: list[FileRecord]
-    traces: dict[int, KinetoTrace]
+    traces: dict[int, RankSummary]
     step_metrics: pd.DataFrame
     nccl_logs: list[Any] = field(default_factory=list)
     fr_dumps: list[Any] = field(default_factory=list)
@@ -51,17 +54,35 @@ class Job:
     damage: dict[int, CutDamage] = field(default_factory=dict)
     #: results of expensive analyses of this job, computed once (e.g. the cross-rank matching for the report and its plots)
     cache: dict = field(default_factory=dict, repr=False, compare=False)
+    #: where the per-rank work ran, and per rank the handle of its interval sets kept there (RankLanes)
+    engine: Any = field(default=None, repr=False, compare=False)
+    lane_handles: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def ranks(self) -> list[int]:
         return sorted(self.traces)
 
+    def lanes(self, windows: dict[int, tuple[int, int]]) -> dict[int, dict]:
+        """Per rank: its compute / comm / memcpy interval sets clipped to the window (lo, hi) given for it (own
+        clock), read from where the rank was parsed."""
+        ranks = [r for r in windows if r in self.lane_handles]
+        if not ranks or self.engine is None:
+            return {}
+        got = self.engine.query(_clip_lanes, [self.lane_handles[r] for r in ranks], [windows[r] for r in ranks])
+        return dict(zip(ranks, got))
+
+    def full_trace(self, rank: int):
+        """The rank's whole KinetoTrace, parsed again from its file (for callers that need every event)."""
+        return self.traces[rank].full()
+
     def count(self, status: str) -> int:
         return sum(1 for f in self.files if f.status == status)
 
 
-def _parse_trace(path: str, comm_kernels: tuple = ()) -> tuple[Optional[KinetoTrace], Optional[pd.DataFrame], str]:
-    """Worker: parse one trace and compute its per-step metrics (compact results travel back).
+def _parse_trace(path: str, comm_kernels: tuple = ()) -> tuple[tuple[Optional[RankSummary], str],
+                                                                    Optional[RankLanes]]:
+    """Worker: parse one trace and do all of its rank-local work; ((summary, error), lanes) — the summary
+    travels back, the lanes stay with the worker's engine (analyzer/load/engine.py).
 
     ``comm_kernels``: the user's communication-kernel patterns ([tool.analyze] comm-kernels, already validated).
     """
@@ -69,10 +90,22 @@ def _parse_trace(path: str, comm_kernels: tuple = ()) -> tuple[Optional[KinetoTr
         from parsers.comm_kernels import table_for
         trace = load_trace(path, comm_kernels=table_for(comm_kernels))
     except InputError as exc:
-        return None, None, exc.reason
+        return (None, exc.reason), None
     except Exception as exc:  # a parser bug must not sink the other ranks
-        return None, None, f"internal error while parsing ({type(exc).__name__}: {exc})"
-    return trace, rank_step_metrics(trace), ""
+        return (None, f"internal error while parsing ({type(exc).__name__}: {exc})"), None
+    try:
+        summary, lanes = summarise(trace)
+        summary.comm_kernels = comm_kernels  # a later re-read classifies kernels the same way
+    except Exception as exc:  # noqa: BLE001 - an analysis bug on one rank must not sink the others
+        return (None, f"internal error while summarising ({type(exc).__name__}: {exc})"), None
+    return (summary, ""), lanes
+
+
+def _clip_lanes(lanes: Optional[RankLanes], window: tuple[int, int]) -> dict:
+    """Query run where a rank's lanes are kept: the sets clipped to one window."""
+    if lanes is None:
+        return {}
+    return lanes.clipped(int(window[0]), int(window[1]))
 
 
 def _parse_other(kind: str, path: str) -> tuple[Any, str]:
@@ -104,7 +137,7 @@ def _parse_stderr(path: str) -> tuple[Any, str]:
 _STDERR_DAMAGE = ("cut to that length", "not UTF-8", "NUL bytes", "reading stopped")
 
 
-def _load_stderr(found: list, jobs: int, records: list[FileRecord], warnings: list[str]) -> list[Any]:
+def _load_stderr(found: list, engine: Engine, records: list[FileRecord], warnings: list[str]) -> list[Any]:
     """Parse stderr files, and NCCL logs for their stderr lines, in the worker pool; record the stderr files.
 
     An NCCL log keeps its one `nccl_log` record; its StderrLog joins `Job.stderr_logs` only when it found something.
@@ -112,7 +145,7 @@ def _load_stderr(found: list, jobs: int, records: list[FileRecord], warnings: li
     paths = [f.path for f in found if f.kind == STDERR]
     also = [f.path for f in found if f.kind == NCCL_LOG]  # a combined log: NCCL lines and tracebacks together
     logs: list[Any] = []
-    for i, (log, err) in enumerate(_map(_parse_stderr, paths + also, jobs, None)):
+    for i, (log, err) in enumerate(engine.map(_parse_stderr, paths + also)):
         path, own = (paths + also)[i], i < len(paths)
         if log is None:
             if own:
@@ -138,8 +171,11 @@ def default_jobs() -> int:
 
 def load_job(paths: list[str | Path], jobs: Optional[int] = None,
              progress: Optional[Callable[[int, int, str], None]] = None, select_job: Optional[str] = None,
-             comm_kernels: Optional[list[dict]] = None) -> Job:
+             comm_kernels: Optional[list[dict]] = None, engine: Optional[Engine] = None) -> Job:
     """Read every input under ``paths``; never raises for bad files (they are reported in ``Job.files``).
+
+    Per-file parsing runs on ``engine`` (analyzer/load/engine.py: the local pool of ``jobs`` processes by
+    default, or Dask); the report is the same whichever runs it.
 
     When the traces belong to several jobs (analyzer/load/jobs.py) only one is analysed: ``select_job`` (a
     label, number or folder), else the one with the most ranks; the others' files are listed as skipped.
@@ -155,15 +191,20 @@ def load_job(paths: list[str | Path], jobs: Optional[int] = None,
         if f.kind not in (KINETO, NCCL_LOG, FR_DUMP, STDERR):
             records.append(FileRecord(f.path, f.kind, SKIPPED, f.reason))
 
-    jobs = default_jobs() if jobs is None else max(1, jobs)
+    if engine is None:
+        engine = LocalEngine(default_jobs() if jobs is None else max(1, jobs))
     parse = partial(_parse_trace, comm_kernels=tuple(comm_kernels or ()))
-    results = _map(parse, trace_paths, jobs, progress)
+    shared = SharedValues()
+    results, handles = engine.map_keep(parse, trace_paths, progress,
+                                       receive=lambda r: (shared.share(r[0]), r[1]))
     found_jobs, other_job, keep_folder = _split_jobs(trace_paths, results, select_job)
-    traces: dict[int, KinetoTrace] = {}
+    traces: dict[int, RankSummary] = {}
+    lane_handles: dict[int, Any] = {}
     metrics: list[pd.DataFrame] = []
     warnings: list[str] = []
-    unranked: list[tuple[str, KinetoTrace, pd.DataFrame]] = []
-    for path, (trace, m, err) in zip(trace_paths, results):
+    unranked: list[tuple[str, RankSummary, Any]] = []
+    for path, (trace, err), handle in zip(trace_paths, results, handles):
+        m = trace.step_metrics if trace is not None else None
         if trace is None:
             records.append(FileRecord(path, KINETO, FAILED, err))
             continue
@@ -174,7 +215,7 @@ def load_job(paths: list[str | Path], jobs: Optional[int] = None,
         status = SALVAGED if trace.salvage else READ
         msg = trace.warnings[0] if trace.salvage else ""
         if trace.rank is None:
-            unranked.append((path, trace, m))
+            unranked.append((path, trace, handle))
             records.append(FileRecord(path, KINETO, status, msg))
             continue
         if trace.rank in traces:
@@ -183,16 +224,17 @@ def load_job(paths: list[str | Path], jobs: Optional[int] = None,
                                       trace.rank))
             continue
         traces[trace.rank] = trace
+        lane_handles[trace.rank] = handle
         metrics.append(m)
         records.append(FileRecord(path, KINETO, status, msg, trace.rank))
-    for path, trace, m in unranked:  # no rank anywhere: give the next free number and say so
+    for path, trace, handle in unranked:  # no rank anywhere: give the next free number and say so
         r = 0
         while r in traces:
             r += 1
-        trace.rank, trace.rank_source = r, "assigned"
-        m = m.assign(rank=r)
+        trace.renumber(r)
         traces[r] = trace
-        metrics.append(m)
+        lane_handles[r] = handle
+        metrics.append(trace.step_metrics)
         warnings.append(f"{path}: no rank in the trace or its file name; numbered rank {r}")
         for rec in records:
             if rec.path == path:
@@ -219,7 +261,7 @@ def load_job(paths: list[str | Path], jobs: Optional[int] = None,
         mine = [f for f in found if _under(f.path, keep_folder)]
         records += [FileRecord(f.path, f.kind, SKIPPED, f"in another job's folder; this run analyses {keep_folder}")
                     for f in found if f.kind == STDERR and not _under(f.path, keep_folder)]
-    stderr_logs = _load_stderr(mine, jobs, records, warnings)
+    stderr_logs = _load_stderr(mine, engine, records, warnings)
 
     worlds = {t.world_size for t in traces.values() if t.world_size}
     world = max(worlds) if worlds else None
@@ -229,9 +271,11 @@ def load_job(paths: list[str | Path], jobs: Optional[int] = None,
     records.sort(key=lambda r: r.path)
     step_metrics = (pd.concat(metrics, ignore_index=True).sort_values(["rank", "step"], kind="stable")
                     .reset_index(drop=True) if metrics else pd.DataFrame())
+    for t in traces.values():  # the job-wide table holds them now
+        t.step_metrics = None
     damage = assess_job(traces)
     out = Job(records, dict(sorted(traces.items())), drop_excluded(step_metrics, damage), logs, dumps, world,
-              missing, warnings, stderr_logs=stderr_logs, damage=damage)
+              missing, warnings, stderr_logs=stderr_logs, damage=damage, engine=engine, lane_handles=lane_handles)
     out.jobs = found_jobs
     return out
 
@@ -247,13 +291,10 @@ def _split_jobs(paths: list[str], results: list, wanted: Optional[str]) -> tuple
     jobs were told apart by sub-folder) — empty when the traces are one job."""
     from analyzer.load.jobs import TraceInfo, choose, group_jobs
     infos = []
-    for path, (trace, _, _) in zip(paths, results):
+    for path, (trace, _) in zip(paths, results):
         if trace is None:
             continue
-        a = trace.activity
-        start = int(a["start"].min()) if len(a) else None
-        end = int(a["end"].max()) if len(a) else None
-        infos.append(TraceInfo(path, trace.rank, trace.world_size, start, end))
+        infos.append(TraceInfo(path, trace.rank, trace.world_size, trace.activity_start, trace.activity_end))
     groups = group_jobs(infos)
     if len(groups) < 2:
         if wanted is not None and str(wanted).strip() not in ("", "1", "job"):
@@ -265,24 +306,3 @@ def _split_jobs(paths: list[str], results: list, wanted: Optional[str]) -> tuple
                   f"(choose with --job)" for g in groups if g is not sel for p in g.paths}
     folder = sel.folder if "sub-folder" in sel.told_by else None
     return [g.to_dict(g is sel) for g in groups], skipped, folder
-
-
-def _map(fn, items: list[str], jobs: int, progress) -> list:
-    """Map ``fn`` over items in worker processes (in order); serial when one worker or one item."""
-    out = []
-    if jobs <= 1 or len(items) <= 1:
-        for i, it in enumerate(items):
-            out.append(fn(it))
-            if progress:
-                progress(i + 1, len(items), it)
-        return out
-    ctx = None
-    if sys.platform != "win32":
-        import multiprocessing as mp
-        ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None
-    with ProcessPoolExecutor(max_workers=min(jobs, len(items)), mp_context=ctx) as pool:
-        for i, res in enumerate(pool.map(fn, items, chunksize=1)):
-            out.append(res)
-            if progress:
-                progress(i + 1, len(items), items[i])
-    return out

@@ -37,6 +37,11 @@ def step_windows(trace: KinetoTrace) -> tuple[np.ndarray, np.ndarray, np.ndarray
     st = trace.steps
     if len(st):
         return st["step"].to_numpy(), st["start"].to_numpy(), st["end"].to_numpy(), False
+    if hasattr(trace, "n_activities"):  # a RankSummary (analyzer/rank/summary.py): its span, no activity table
+        if not trace.n_activities or trace.activity_start is None:
+            return np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64), True
+        return (np.array([-1]), np.array([trace.activity_start], np.int64), np.array([trace.activity_end], np.int64),
+                True)
     a = trace.activity
     if not len(a):
         return np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64), True

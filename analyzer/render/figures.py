@@ -11,6 +11,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from analyzer.rank.intervals import empty as iv_empty  # noqa: E402
 from analyzer.render import timeline_data as td  # noqa: E402
 
 COLORS = {"compute": "#4C78A8", "comm": "#F58518", "memcpy": "#54A24B", "idle": "#E8E8E8", "bubble": "#E45756"}
@@ -91,11 +92,12 @@ def timeline(job: Any, report: dict, step: int, title: str, link: bool = True) -
     t0 = min(w[0] + shift[r] for r, w in wins.items())
     fig, ax = plt.subplots(figsize=(WIDTH, 1.2 + 0.32 * len(wins)))
     ys = {r: i for i, r in enumerate(sorted(wins))}
+    all_lanes = td.rank_lanes(job, wins)
     for r, (lo, hi) in wins.items():
         y = ys[r]
         base = shift[r] - t0
         ax.broken_barh([((lo + base) / 1e6, (hi - lo) / 1e6)], (y - 0.4, 0.8), color=COLORS["idle"], zorder=0)
-        lanes = td.rank_lanes(job.traces[r], lo, hi)
+        lanes = all_lanes.get(r) or {k: iv_empty() for k in ("compute", "comm", "memcpy")}
         for kind, (y0, h) in (("compute", (y - 0.4, 0.4)), ("memcpy", (y - 0.4, 0.4)), ("comm", (y, 0.4))):
             s, e = lanes[kind]
             if len(s):
@@ -276,7 +278,7 @@ def pipeline(job: Any, report: dict, step: int) -> Optional[bytes]:
     if not pipe.get("detected") or not stages:
         return None
     offs, aligned = td.offsets_ns(report)
-    rows = []
+    rows, wins = [], {}
     for i, ranks in enumerate(stages):
         rs = [r for r in ranks if r in job.traces]
         if not rs:
@@ -285,8 +287,11 @@ def pipeline(job: Any, report: dict, step: int) -> Optional[bytes]:
         w = td.step_window(job.traces[r], step)
         if w is None:
             continue
-        lanes = td.rank_lanes(job.traces[r], *w)
-        rows.append((i, r, w, lanes["compute"], offs.get(r, 0) if aligned else -w[0]))
+        rows.append((i, r, w))
+        wins[r] = w
+    all_lanes = td.rank_lanes(job, wins)
+    rows = [(i, r, w, (all_lanes.get(r) or {}).get("compute", iv_empty()), offs.get(r, 0) if aligned else -w[0])
+            for i, r, w in rows]
     if not rows:
         return None
     t0 = min(w[0] + sh for _, _, w, _, sh in rows)

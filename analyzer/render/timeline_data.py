@@ -22,24 +22,16 @@ def step_window(trace: Any, step: int) -> Optional[tuple[int, int]]:
     """(start, end) ns of ProfilerStep ``step`` on this rank; the whole trace for step −1; None when absent."""
     st = trace.steps
     if step == -1 or not len(st):
-        a = trace.activity
-        return (int(a["start"].min()), int(a["end"].max())) if len(a) else None
+        lo, hi = trace.activity_start, trace.activity_end
+        return (int(lo), int(hi)) if lo is not None and hi is not None else None
     row = st[st["step"] == step]
     return (int(row["start"].iloc[0]), int(row["end"].iloc[0])) if len(row) else None
 
 
-def rank_lanes(trace: Any, lo: int, hi: int) -> dict[str, iv.Intervals]:
-    """Unions of compute, comm and memcpy activity clipped to [lo, hi) (own clock)."""
-    a = trace.activity
-    m = (a["end"].to_numpy() > lo) & (a["start"].to_numpy() < hi)
-    a = a[m]
-    kind = a["kind"].to_numpy()
-    s, e = a["start"].to_numpy(), a["end"].to_numpy()
-    out = {}
-    for name, mask in (("compute", kind == "compute"), ("comm", kind == "comm"),
-                       ("memcpy", (kind == "memcpy") | (kind == "memset"))):
-        out[name] = iv.clip(iv.union(s[mask], e[mask]), lo, hi)
-    return out
+def rank_lanes(job: Any, windows: dict[int, tuple[int, int]]) -> dict[int, dict[str, iv.Intervals]]:
+    """Per rank: unions of its compute, comm and memcpy activity clipped to its window [lo, hi) (own clock),
+    read from where the rank was parsed (analyzer/load/job.py Job.lanes)."""
+    return job.lanes(windows)
 
 
 class _Tables:

@@ -94,7 +94,7 @@ def build_report(job: Job) -> dict:
             "rank": r, "file": t.path, "rank_source": t.rank_source, "world_size": t.world_size,
             "host": t.meta.get("host"), "gpu": t.meta.get("gpu_name"), "device_type": t.meta.get("device_type"),
             "backend": t.meta.get("backend"), "nccl_version": t.meta.get("nccl_version"),
-            "activities": int(len(t.activity)), "collectives": int(len(t.collectives)),
+            "activities": int(t.n_activities), "collectives": int(len(t.collectives)),
             "steps": [int(s) for s in t.steps["step"]] if len(t.steps) else [],
             "salvaged": t.salvage is not None,
             "cut": job.damage[r].to_dict() if r in getattr(job, "damage", {}) else None,

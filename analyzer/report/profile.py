@@ -6,7 +6,7 @@ are no steps). The longest `MAX_NAMES` are kept, names cut at `NAME_CHARS`, so a
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 import pandas as pd
@@ -17,30 +17,39 @@ MAX_NAMES = 200
 NAME_CHARS = 240
 
 
+def rank_profile(trace: Any) -> Optional[tuple[pd.DataFrame, int]]:
+    """One rank's (name, kind, per_step_n, per_step_ns) rows and its step count; None without activity or steps."""
+    a = trace.activity
+    steps, lo, hi, _ = step_windows(trace)
+    if not len(a) or not len(steps):
+        return None
+    start = a["start"].to_numpy()
+    order = np.argsort(lo, kind="stable")
+    los, his = lo[order], hi[order]
+    k = np.searchsorted(los, start, side="right") - 1
+    keep = (k >= 0) & (start < his[np.maximum(k, 0)])
+    names = np.asarray(trace.names, dtype=object)
+    df = pd.DataFrame({"name": names[a["name_id"].to_numpy()[keep]], "kind": a["kind"].to_numpy()[keep].astype(str),
+                       "dur": (a["end"].to_numpy() - start)[keep]})
+    g = df.groupby(["name", "kind"], sort=False)["dur"].agg(["size", "sum"]).reset_index()
+    g["per_step_n"] = g["size"] / len(steps)
+    g["per_step_ns"] = g["sum"] / len(steps)
+    return g[["name", "kind", "per_step_n", "per_step_ns"]], len(steps)
+
+
 def profile_section(job: Any) -> dict:
     """{kernels: [{name, kind, count_per_step, time_per_step_us}], ranks, steps_per_rank}; {} without traces."""
     frames = []
     n_ranks = 0
     steps_total = 0
     for t in job.traces.values():
-        a = t.activity
-        steps, lo, hi, _ = step_windows(t)
-        if not len(a) or not len(steps):
+        # a RankSummary brings its rows, computed where the rank was parsed (analyzer/rank/summary.py)
+        got = t.profile if hasattr(t, "profile") else rank_profile(t)
+        if got is None:
             continue
         n_ranks += 1
-        steps_total += len(steps)
-        start = a["start"].to_numpy()
-        order = np.argsort(lo, kind="stable")
-        los, his = lo[order], hi[order]
-        k = np.searchsorted(los, start, side="right") - 1
-        keep = (k >= 0) & (start < his[np.maximum(k, 0)])
-        names = np.asarray(t.names, dtype=object)
-        df = pd.DataFrame({"name": names[a["name_id"].to_numpy()[keep]], "kind": a["kind"].to_numpy()[keep].astype(str),
-                           "dur": (a["end"].to_numpy() - start)[keep]})
-        g = df.groupby(["name", "kind"], sort=False)["dur"].agg(["size", "sum"]).reset_index()
-        g["per_step_n"] = g["size"] / len(steps)
-        g["per_step_ns"] = g["sum"] / len(steps)
-        frames.append(g[["name", "kind", "per_step_n", "per_step_ns"]])
+        steps_total += got[1]
+        frames.append(got[0])
     if not frames:
         return {}
     allk = pd.concat(frames, ignore_index=True)

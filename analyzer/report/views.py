@@ -8,7 +8,7 @@ the cross-rank stage directly.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 import pandas as pd
@@ -114,8 +114,8 @@ def groups_frame(report: dict) -> pd.DataFrame:
 
 def kernels_frame(job: Job) -> pd.DataFrame:
     """Per rank and activity name (kernel; CPU op in a gloo trace): count, total/mean/min/max/std µs, share."""
-    from analyzer.rank.breakdown import KERNEL_COLUMNS, kernel_breakdown
-    parts = [kernel_breakdown(t) for t in job.traces.values()]
+    from analyzer.rank.breakdown import KERNEL_COLUMNS
+    parts = [t.kernels for t in job.traces.values() if t.kernels is not None]  # computed where each rank was parsed
     parts = [p for p in parts if len(p)]
     if not parts:
         return _us(pd.DataFrame({c: [] for c in KERNEL_COLUMNS}))
@@ -124,8 +124,8 @@ def kernels_frame(job: Job) -> pd.DataFrame:
 
 def idle_frame(job: Job) -> pd.DataFrame:
     """Per rank and step: idle µs split into host_wait, peer_wait, kernel_wait and other (they add up)."""
-    from analyzer.rank.breakdown import IDLE_COLUMNS, idle_breakdown
-    parts = [idle_breakdown(t) for t in job.traces.values()]
+    from analyzer.rank.breakdown import IDLE_COLUMNS
+    parts = [t.idle for t in job.traces.values() if t.idle is not None]
     parts = [p for p in parts if len(p)]
     if not parts:
         return _us(pd.DataFrame({c: [] for c in IDLE_COLUMNS}))
@@ -155,28 +155,45 @@ class TimelineInput:
     members: pd.DataFrame = field(default_factory=pd.DataFrame)  # collectives_frame rows (aligned µs)
 
 
+def _rank_events(summary: Any) -> tuple:
+    """Worker: the tables of one rank the merged timeline draws, read again from its trace file."""
+    t = summary.full()
+    a = t.activity
+    names = np.asarray(t.names, dtype=object)
+    act = pd.DataFrame({
+        "start": a["start"].to_numpy(), "end": a["end"].to_numpy(),
+        "stream": a["stream"].to_numpy(), "kind": a["kind"].to_numpy().astype(str),
+        "name": names[a["name_id"].to_numpy()] if len(a) else np.empty(0, object),
+        "launch_start": a["launch_start"].to_numpy(),
+        "launch_tid": a["launch_tid"].to_numpy() if "launch_tid" in a else np.full(len(a), -1, np.int64),
+        "correlation": a["correlation"].to_numpy(),
+    })
+    return act, t.steps.copy(), t.cpu_comm.copy()
+
+
 def timeline_input(job: Job, report: dict) -> TimelineInput:
-    """The per-rank activity shifted onto the aligned clock, plus every collective member row."""
+    """The per-rank activity shifted onto the aligned clock, plus every collective member row.
+
+    The activity is read again from each rank's file (through the job's engine, where the ranks were parsed):
+    the analysis keeps only compact per-rank results (docs/scale.md).
+    """
     offs, aligned = offsets_ns(report)
     status = ((report.get("cross_rank") or {}).get("alignment") or {}).get("status") or "none"
     hosts = ((report.get("cross_rank") or {}).get("hosts") or {}).get("rank_to_host") or {}
     ranks = []
-    for r, t in job.traces.items():
+    order = list(job.traces)
+    engine = job.engine
+    read = engine.map(_rank_events, [job.traces[r] for r in order]) if engine is not None else \
+        [_rank_events(job.traces[r]) for r in order]
+    for r, (act, st, cc) in zip(order, read):
+        t = job.traces[r]
         off = offs.get(int(r), 0)
-        a = t.activity
-        names = np.asarray(t.names, dtype=object)
-        act = pd.DataFrame({
-            "start": a["start"].to_numpy() + off, "end": a["end"].to_numpy() + off,
-            "stream": a["stream"].to_numpy(), "kind": a["kind"].to_numpy().astype(str),
-            "name": names[a["name_id"].to_numpy()] if len(a) else np.empty(0, object),
-            "launch_start": np.where(a["launch_start"].to_numpy() >= 0, a["launch_start"].to_numpy() + off, -1),
-            "launch_tid": a["launch_tid"].to_numpy() if "launch_tid" in a else np.full(len(a), -1, np.int64),
-            "correlation": a["correlation"].to_numpy(),
-        })
-        st = t.steps.copy()
+        act["start"] = act["start"].to_numpy() + off
+        act["end"] = act["end"].to_numpy() + off
+        ls = act["launch_start"].to_numpy()
+        act["launch_start"] = np.where(ls >= 0, ls + off, -1)
         st["start"] += off
         st["end"] += off
-        cc = t.cpu_comm.copy()
         cc["start"] += off
         cc["end"] += off
         ranks.append(RankEvents(int(r), hosts.get(str(r)) or t.meta.get("host"), off, act, st, cc, t.device_type))

@@ -1,0 +1,220 @@
+"""Where per-rank and per-partition work runs: the built-in process pool, or a Dask distributed cluster.
+
+Both engines map a picklable function over items and return the results in the items' order, so the report does
+not depend on which one ran (docs/scale.md). The pool forks local worker processes; Dask (the optional
+``dask`` extra) runs the same functions as tasks on a ``LocalCluster`` it starts, or on an existing cluster
+whose workers read the traces by path from storage they share with the caller.
+"""
+from __future__ import annotations
+
+import operator
+import os
+import pickle
+import shutil
+import sys
+import tempfile
+import weakref
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any, Callable, Optional, Protocol, Sequence
+
+#: Environment variable naming an existing Dask scheduler (used when no --dask / dask= is given).
+SCHEDULER_ENV = "ANALYZE_DASK_SCHEDULER"
+
+Progress = Optional[Callable[[int, int, Any], None]]
+#: applied in the caller's process to each result as it arrives (e.g. to share equal strings between ranks)
+Receive = Optional[Callable[[Any], Any]]
+
+
+class Engine(Protocol):
+    """Maps functions over items somewhere; results come back in order."""
+
+    name: str
+    workers: int
+
+    def map(self, fn: Callable[[Any], Any], items: Sequence[Any], progress: Progress = None) -> list: ...
+
+    def map_keep(self, fn: Callable[[Any], tuple[Any, Any]], items: Sequence[Any],
+                 progress: Progress = None, receive: Receive = None) -> tuple[list, list]:
+        """``fn(item)`` returns (compact, side): the compacts come back (through ``receive`` as each arrives);
+        each side stays where it was made and is named by the handle returned for it (for :meth:`query`)."""
+        ...
+
+    def query(self, fn: Callable[[Any, Any], Any], handles: Sequence[Any], args: Sequence[Any]) -> list:
+        """``fn(side, arg)`` for each kept side (by handle) and its argument, run where the side is."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def _keep_local(task: tuple) -> tuple[Any, Optional[str]]:
+    """Pool worker: run ``fn`` and leave its side result in the scratch folder; the compact part travels back."""
+    fn, item, folder = task
+    compact, side = fn(item)
+    if side is None:
+        return compact, None
+    fd, path = tempfile.mkstemp(dir=folder, suffix=".pkl")
+    with os.fdopen(fd, "wb") as fh:
+        pickle.dump(side, fh, protocol=pickle.HIGHEST_PROTOCOL)
+    return compact, path
+
+
+def _query_local(task: tuple) -> Any:
+    fn, path, arg = task
+    if path is None:
+        return fn(None, arg)
+    with open(path, "rb") as fh:
+        side = pickle.load(fh)
+    return fn(side, arg)
+
+
+class LocalEngine:
+    """Forked worker processes on this machine (serial in this process with one worker or one item)."""
+
+    name = "pool"
+
+    def __init__(self, workers: int = 1):
+        self.workers = max(1, int(workers))
+
+    def map(self, fn: Callable[[Any], Any], items: Sequence[Any], progress: Progress = None,
+            receive: Receive = None) -> list:
+        items = list(items)
+        out: list = []
+        take = receive or (lambda r: r)
+        if self.workers <= 1 or len(items) <= 1:
+            for i, it in enumerate(items):
+                out.append(take(fn(it)))
+                if progress:
+                    progress(i + 1, len(items), it)
+            return out
+        ctx = None
+        if sys.platform != "win32":
+            import multiprocessing as mp
+            ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None
+        with ProcessPoolExecutor(max_workers=min(self.workers, len(items)), mp_context=ctx) as pool:
+            for i, res in enumerate(pool.map(fn, items, chunksize=1)):
+                out.append(take(res))
+                if progress:
+                    progress(i + 1, len(items), items[i])
+        return out
+
+    def _scratch(self) -> str:
+        """This engine's scratch folder (sides of map_keep), removed on close or when the engine is dropped."""
+        if getattr(self, "_folder", None) is None:
+            self._folder = tempfile.mkdtemp(prefix="analyze-ranks-")
+            self._finalizer = weakref.finalize(self, shutil.rmtree, self._folder, True)
+        return self._folder
+
+    def map_keep(self, fn: Callable[[Any], tuple[Any, Any]], items: Sequence[Any],
+                 progress: Progress = None, receive: Receive = None) -> tuple[list, list]:
+        folder = self._scratch()
+        res = self.map(_keep_local, [(fn, it, folder) for it in items],
+                       (lambda i, n, t: progress(i, n, t[1])) if progress else None,
+                       (lambda r: (receive(r[0]), r[1])) if receive else None)
+        return [r[0] for r in res], [r[1] for r in res]
+
+    def query(self, fn: Callable[[Any, Any], Any], handles: Sequence[Any], args: Sequence[Any]) -> list:
+        tasks = [(fn, h, a) for h, a in zip(handles, args)]
+        if len(tasks) < 8:  # reading a few pickles costs less than starting workers
+            return [_query_local(t) for t in tasks]
+        return self.map(_query_local, tasks)
+
+    def close(self) -> None:
+        fin = getattr(self, "_finalizer", None)
+        if fin is not None:
+            fin()
+        self._folder = None
+
+
+class DaskUnavailable(RuntimeError):
+    """--dask was asked for but the `distributed` package is not installed."""
+
+
+class DaskEngine:
+    """Tasks on a Dask distributed cluster: a LocalCluster of ``workers`` processes (``address="local"``) or the
+    scheduler at ``address`` (tcp://host:8786, tls://..., or a scheduler file path ending in .json)."""
+
+    name = "dask"
+
+    def __init__(self, address: str = "local", workers: int = 1):
+        try:
+            from distributed import Client, LocalCluster
+        except ImportError as exc:  # the optional extra is missing
+            raise DaskUnavailable("--dask needs the optional Dask extra: pip install 'dtrace-analyzer[dask]' "
+                                  "(or pip install distributed)") from exc
+        self.address = address
+        self._cluster = None
+        if address == "local":
+            self._cluster = LocalCluster(n_workers=max(1, int(workers)), threads_per_worker=1, processes=True,
+                                         dashboard_address=None, silence_logs=40)
+            self.client = Client(self._cluster, set_as_default=False)
+        elif address.endswith(".json") and os.path.exists(address):
+            self.client = Client(scheduler_file=address, set_as_default=False)
+        else:
+            self.client = Client(address, set_as_default=False)
+        self.workers = max(1, len(self.client.scheduler_info().get("workers", {})) or int(workers))
+        self._finalizer = weakref.finalize(self, _close_dask, self.client, self._cluster)
+
+    def map(self, fn: Callable[[Any], Any], items: Sequence[Any], progress: Progress = None,
+            receive: Receive = None) -> list:
+        items = list(items)
+        if not items:
+            return []
+        return self._collect(self.client.map(fn, items, pure=False), items, progress, receive)
+
+    def map_keep(self, fn: Callable[[Any], tuple[Any, Any]], items: Sequence[Any],
+                 progress: Progress = None, receive: Receive = None) -> tuple[list, list]:
+        items = list(items)
+        if not items:
+            return [], []
+        both = self.client.map(fn, items, pure=False)
+        compact = self.client.map(operator.itemgetter(0), both, pure=False)
+        sides = self.client.map(operator.itemgetter(1), both, pure=False)  # stay on the workers
+        del both  # the cluster drops each (compact, side) pair once both halves are split off
+        return self._collect(compact, items, progress, receive), sides
+
+    def _collect(self, futures: list, items: list, progress: Progress, receive: Receive) -> list:
+        """The futures' results in order, each fetched as it completes (and then released on the cluster)."""
+        from distributed import as_completed
+        index = {f.key: i for i, f in enumerate(futures)}
+        out: list = [None] * len(futures)
+        with self.client.as_current():
+            done = as_completed(futures)
+        futures = None  # as_completed holds each until it is yielded
+        for n, f in enumerate(done, 1):
+            i, res = index[f.key], f.result()
+            out[i] = receive(res) if receive else res
+            del f
+            if progress:
+                progress(n, len(items), items[i])
+        return out
+
+    def query(self, fn: Callable[[Any, Any], Any], handles: Sequence[Any], args: Sequence[Any]) -> list:
+        if not handles:
+            return []
+        return list(self.client.gather(self.client.map(fn, list(handles), list(args), pure=False)))
+
+    def close(self) -> None:
+        self._finalizer()
+
+
+def _close_dask(client: Any, cluster: Any) -> None:
+    """Close the client, and the LocalCluster when this engine started it."""
+    try:
+        client.close()
+    finally:
+        if cluster is not None:
+            cluster.close()
+
+
+def default_workers() -> int:
+    """Worker count when none is given: the machine's cores."""
+    return max(1, os.cpu_count() or 1)
+
+
+def make_engine(workers: int = 1, dask: Optional[str] = None) -> Engine:
+    """The engine for a run: Dask when ``dask`` ("local" or a scheduler address) or $ANALYZE_DASK_SCHEDULER is
+    given, else the local pool of ``workers`` processes."""
+    address = dask if dask else os.environ.get(SCHEDULER_ENV) or None
+    if address:
+        return DaskEngine(address.strip(), workers)
+    return LocalEngine(workers)

@@ -1,0 +1,211 @@
+"""Everything the analysis needs from one rank's trace, computed where the trace was parsed (docs/scale.md).
+
+``summarise(trace)`` turns a parsed KinetoTrace into a :class:`RankSummary` of compact tables — steps, the
+collective rows (string columns categorised, each row's step and the share of the step's compute done before
+it), per-step metrics, first-activity gaps, pipeline blocks, the profile rows, kernel and idle breakdowns — plus the rank's interval
+sets (:class:`RankLanes`: compute, comm and memcpy unions) that later queries read (the HTML timelines) without
+the activity table. The parent process holds only these; a rank's full activity table never leaves its worker.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import numpy as np
+import pandas as pd
+
+from analyzer.rank import intervals as iv
+from analyzer.rank.breakdown import idle_breakdown, kernel_breakdown
+from analyzer.rank.metrics import kind_sets, rank_step_metrics
+
+#: Collective columns kept (the parser's, minus its activity index) and the ones stored as categories.
+COLLECTIVE_COLUMNS = ["start", "end", "stream", "op", "in_nelems", "out_nelems", "dtype", "pg_name", "pg_desc",
+                      "pg_ranks", "group_size", "peer", "family", "step", "compute_before"]
+CATEGORY_COLUMNS = ("op", "dtype", "pg_name", "pg_desc", "pg_ranks", "family")
+#: the send/recv ops (never a group's first collective of a step)
+_P2P = ("send", "recv")
+
+
+@dataclass
+class RankLanes:
+    """A rank's activity as normalised interval sets on its own clock (what the timeline figures draw)."""
+
+    compute: iv.Intervals
+    comm: iv.Intervals
+    memcpy: iv.Intervals
+
+    def clipped(self, lo: int, hi: int) -> dict[str, iv.Intervals]:
+        """The three sets restricted to [lo, hi)."""
+        return {k: iv.clip(getattr(self, k), lo, hi) for k in ("compute", "comm", "memcpy")}
+
+
+@dataclass
+class RankSummary:
+    """One rank as the parent holds it: the trace's header and compact per-rank results (no activity table)."""
+
+    path: str
+    rank: Optional[int]
+    rank_source: str
+    world_size: Optional[int]
+    meta: dict
+    steps: pd.DataFrame              # step, start, end (own clock, ns)
+    collectives: pd.DataFrame        # COLLECTIVE_COLUMNS; op, dtype, pg_* categorical
+    warnings: list[str]
+    salvage: Optional[dict]
+    n_activities: int
+    activity_start: Optional[int]    # first activity start / last activity end (own clock), None without any
+    activity_end: Optional[int]
+    step_metrics: pd.DataFrame       # analyzer.rank.metrics.STEP_COLUMNS
+    first_gaps: pd.DataFrame         # step, gap_ns: step start to its first device activity
+    blocks: Any                      # analyzer.cross_rank.pipeline_blocks.RankBlocks of a rank with send/recv, else None
+    profile: Any                     # analyzer.report.profile.rank_profile: (rows, steps) or None
+    kernels: pd.DataFrame            # analyzer.rank.breakdown.KERNEL_COLUMNS
+    idle: pd.DataFrame               # analyzer.rank.breakdown.IDLE_COLUMNS
+    extra: dict = field(default_factory=dict)
+    #: the [tool.analyze] comm-kernels patterns the trace was parsed with (re-reads use the same)
+    comm_kernels: tuple = ()
+
+    @property
+    def device_type(self) -> str:
+        return self.meta.get("device_type", "gpu")
+
+    def renumber(self, rank: int) -> None:
+        """Give a trace that names no rank the number ``rank`` (its derived tables too)."""
+        self.rank, self.rank_source = rank, "assigned"
+        if self.blocks is not None:
+            self.blocks.rank = rank
+        for name in ("step_metrics", "kernels", "idle"):
+            df = getattr(self, name)
+            if df is not None and "rank" in df:
+                setattr(self, name, df.assign(rank=np.int64(rank)))
+
+    def full(self) -> Any:
+        """The rank's whole KinetoTrace, parsed again from its file (the analysis itself never needs it)."""
+        from parsers.comm_kernels import table_for
+        from parsers.kineto import load_trace
+        return load_trace(self.path, comm_kernels=table_for(self.comm_kernels))
+
+    @property
+    def activity(self) -> pd.DataFrame:
+        """Every device activity row, read again from the file (see :meth:`full`)."""
+        return self.full().activity
+
+
+def step_of(steps: pd.DataFrame, t: np.ndarray) -> np.ndarray:
+    """ProfilerStep number containing each time (−1 outside every step / no steps)."""
+    if steps is None or not len(steps):
+        return np.full(len(t), -1, np.int64)
+    st = steps.sort_values("start")
+    s, e, n = st["start"].to_numpy(), st["end"].to_numpy(), st["step"].to_numpy()
+    k = np.searchsorted(s, t, side="right") - 1
+    ok = (k >= 0) & (t < e[np.maximum(k, 0)])
+    return np.where(ok, n[np.maximum(k, 0)], -1).astype(np.int64)
+
+
+def first_activity_gaps(trace: Any) -> pd.DataFrame:
+    """Per step: time from the step's start to its first device activity (host-side / data-loading gap)."""
+    st, a = trace.steps, trace.activity
+    if not len(st) or not len(a):
+        return pd.DataFrame({"step": np.empty(0, np.int64), "gap_ns": np.empty(0, np.int64)})
+    s = np.sort(a["start"].to_numpy())
+    k = np.searchsorted(s, st["start"].to_numpy())
+    ok = k < len(s)
+    first = np.where(ok, s[np.minimum(k, len(s) - 1)], st["end"].to_numpy())
+    first = np.minimum(first, st["end"].to_numpy())
+    return pd.DataFrame({"step": st["step"].to_numpy(), "gap_ns": first - st["start"].to_numpy()})
+
+
+def compute_before(trace: Any, compute: iv.Intervals, start: np.ndarray, step: np.ndarray) -> np.ndarray:
+    """Per collective row: share of its step's compute done before the row starts (NaN outside steps or when the
+    step has no compute). Monotone in the start, so a group's first collective of a step has the least."""
+    out = np.full(len(start), np.nan)
+    inside = step >= 0
+    if not inside.any():
+        return out
+    st = trace.steps.drop_duplicates("step").set_index("step")
+    ws = st.loc[step[inside], "start"].to_numpy()
+    we = st.loc[step[inside], "end"].to_numpy()
+    before = iv.clipped_lengths(compute, ws, np.minimum(start[inside], we))
+    total = iv.clipped_lengths(compute, ws, we)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out[inside] = np.where(total > 0, before / np.maximum(total, 1), np.nan)
+    return out
+
+
+def compact_collectives(trace: Any, compute: iv.Intervals) -> pd.DataFrame:
+    """The trace's collective rows with their step and compute-before share; string columns as categories."""
+    c = trace.collectives
+    if c is None or not len(c):
+        return pd.DataFrame({k: pd.Series([], dtype="category" if k in CATEGORY_COLUMNS else np.int64)
+                             for k in COLLECTIVE_COLUMNS})
+    df = c.reindex(columns=[k for k in COLLECTIVE_COLUMNS if k not in ("step", "compute_before")]).copy()
+    start = df["start"].to_numpy()
+    df["step"] = step_of(trace.steps, start)
+    grp = (~df["op"].isin(_P2P)).to_numpy()
+    cb = np.full(len(df), np.nan)
+    cb[grp] = compute_before(trace, compute, start[grp], df["step"].to_numpy()[grp])
+    df["compute_before"] = cb
+    for k in CATEGORY_COLUMNS:
+        df[k] = df[k].fillna("").astype(str).astype("category")
+    return df.reset_index(drop=True)
+
+
+class SharedValues:
+    """Equal values of different ranks as one object in the parent: each category string of the collective
+    rows (a 10,000-rank "Process Group Ranks" string is ~60 KB, the same on every member) and each
+    ``distributedInfo.pg_config`` (every rank lists every group). Without it the parent holds one copy per rank."""
+
+    def __init__(self) -> None:
+        self._strings: dict[str, str] = {}
+        self._configs: dict[bytes, Any] = {}
+
+    def string(self, value: str) -> str:
+        return self._strings.setdefault(value, value)
+
+    def config(self, value: Any) -> Any:
+        import msgspec
+        try:
+            key = msgspec.json.encode(value)
+        except (TypeError, ValueError, OverflowError):  # not JSON-like: keep this rank's own copy
+            return value
+        return self._configs.setdefault(key, value)
+
+    def share(self, summary: Optional["RankSummary"]) -> Optional["RankSummary"]:
+        """``summary`` with its category values and pg_config replaced by the shared objects (in place)."""
+        if summary is None:
+            return None
+        c = summary.collectives
+        for k in CATEGORY_COLUMNS:
+            if k in c and isinstance(c[k].dtype, pd.CategoricalDtype):
+                cats = pd.Index([self.string(v) for v in c[k].cat.categories], dtype=object)
+                c[k] = pd.Categorical.from_codes(c[k].cat.codes.to_numpy(), categories=cats)
+        if isinstance(summary.meta, dict) and summary.meta.get("pg_config") is not None:
+            summary.meta = {**summary.meta, "pg_config": self.config(summary.meta["pg_config"])}
+        return summary
+
+
+def lanes_of(sets: dict[str, iv.Intervals]) -> RankLanes:
+    return RankLanes(sets["compute"], sets["comm"], sets["memcpy"])
+
+
+def summarise(trace: Any) -> tuple[RankSummary, RankLanes]:
+    """The compact per-rank results of one parsed trace, and its interval sets (kept apart: see the module)."""
+    from analyzer.cross_rank.pipeline_blocks import rank_blocks  # rank-local: only this trace's activity
+    from analyzer.report.profile import rank_profile
+    a = trace.activity
+    c = trace.collectives
+    blocks = None
+    if c is not None and len(c) and c["op"].isin(list(_P2P)).any():  # a pipeline rank (cross_rank/pipeline.py)
+        blocks = rank_blocks(trace.rank if trace.rank is not None else -1, trace)
+    sets = kind_sets(trace)
+    summary = RankSummary(
+        path=trace.path, rank=trace.rank, rank_source=trace.rank_source, world_size=trace.world_size,
+        meta=trace.meta, steps=trace.steps[["step", "start", "end"]].reset_index(drop=True),
+        collectives=compact_collectives(trace, sets["compute"]), warnings=list(trace.warnings),
+        salvage=trace.salvage, n_activities=int(len(a)),
+        activity_start=int(a["start"].min()) if len(a) else None,
+        activity_end=int(a["end"].max()) if len(a) else None,
+        step_metrics=rank_step_metrics(trace), first_gaps=first_activity_gaps(trace), blocks=blocks,
+        profile=rank_profile(trace),
+        kernels=kernel_breakdown(trace), idle=idle_breakdown(trace))
+    return summary, lanes_of(sets)

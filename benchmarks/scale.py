@@ -1,0 +1,123 @@
+"""Scaling with ranks: time and parent / worker peak memory of the pool and of Dask, and the fitted growth.
+
+    python benchmarks/scale.py [--sizes 64,256,1024,4096] [--mb 2] [--jobs 2] [--engines pool,dask]
+                               [--out results.json]
+
+Each size is a simulated job written once by benchmarks/gen_traces.py to bench-data/scale-<ranks>x<mb>/
+(git-ignored; delete it afterwards). Each run is a fresh child process that analyses the job and renders the
+JSON report; it reports its own peak RSS (the parent: what holds every rank's compact results and the
+cross-rank stage) and the largest child's (a pool or Dask worker; Dask's scheduler runs in the parent). The
+growth per extra rank is a least-squares line through the sizes, printed with the extrapolation to 4096 and
+16,384 ranks (docs/performance.md, "Past one machine").
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "bench-data"
+
+
+def ensure_job(ranks: int, mb: float, jobs: int) -> Path:
+    """The simulated job of ``ranks`` × ``mb`` MB (written once)."""
+    out = DATA / f"scale-{ranks}x{mb:g}"
+    if out.exists() and len(list(out.glob("rank*.pt.trace.json"))) == ranks:
+        return out
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, str(ROOT / "benchmarks/gen_traces.py"), "--ranks", str(ranks),
+                    "--mb-per-rank", str(mb), "--out", str(out), "--jobs", str(jobs)], check=True,
+                   stdout=subprocess.DEVNULL)
+    print(f"  (wrote {out.name} in {time.perf_counter() - t0:.0f} s)", flush=True)
+    return out
+
+
+def child(folder: str, engine: str, jobs: int) -> int:
+    """One measured run (in a fresh process): analyse, render JSON, print the numbers as one JSON line."""
+    import resource
+    t0 = time.perf_counter()
+    import analyzer
+    from analyzer.render.json_out import render_json
+    imported = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    t1 = time.perf_counter()
+    a = analyzer.load(folder, jobs=jobs, dask="local" if engine == "dask" else None)
+    text = render_json(a.report)
+    t2 = time.perf_counter()
+    a.close()
+    print(json.dumps({
+        "ranks": len(a.job.traces), "wall_s": t2 - t0, "analyse_s": t2 - t1, "report_bytes": len(text),
+        "parent_peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "parent_after_import_mb": imported,
+        "worker_peak_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}))
+    return 0
+
+
+def measure(folder: Path, engine: str, jobs: int) -> dict:
+    p = subprocess.run([sys.executable, __file__, "--child", str(folder), engine, str(jobs)], cwd=ROOT,
+                       capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    if p.returncode != 0:
+        raise SystemExit(f"{engine} on {folder} failed:\n{p.stderr[-3000:]}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def fit(xs: list[int], ys: list[float]) -> tuple[float, float]:
+    """Least-squares (slope, intercept) of ys over xs."""
+    if len(xs) < 2:
+        return float("nan"), float(ys[0]) if ys else float("nan")
+    slope, icpt = np.polyfit(np.asarray(xs, float), np.asarray(ys, float), 1)
+    return float(slope), float(icpt)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sizes", default="64,256,1024,4096")
+    p.add_argument("--mb", type=float, default=2.0, help="MB per rank")
+    p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("--engines", default="pool,dask")
+    p.add_argument("--out", help="also write the rows as JSON here")
+    p.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    if a.child:
+        return child(a.child[0], a.child[1], int(a.child[2]))
+    sizes = [int(s) for s in a.sizes.split(",")]
+    engines = a.engines.split(",")
+    rows = []
+    print(f"{'engine':6} {'ranks':>6} {'wall s':>8} {'s/rank':>7} {'parent MB':>10} {'worker MB':>10}", flush=True)
+    for n in sizes:
+        folder = ensure_job(n, a.mb, a.jobs)
+        for eng in engines:
+            r = {"engine": eng, "mb_per_rank": a.mb, "jobs": a.jobs, **measure(folder, eng, a.jobs)}
+            rows.append(r)
+            print(f"{eng:6} {n:>6} {r['wall_s']:>8.1f} {r['wall_s'] / n:>7.3f} {r['parent_peak_mb']:>10.0f} "
+                  f"{r['worker_peak_mb']:>10.0f}", flush=True)
+    print()
+    for eng in engines:
+        rs = [r for r in rows if r["engine"] == eng]
+        xs = [r["ranks"] for r in rs]
+        mem, icpt = fit(xs, [r["parent_peak_mb"] for r in rs])
+        sec, sec0 = fit(xs, [r["wall_s"] for r in rs])
+        print(f"{eng}: parent peak {icpt:.0f} MB + {mem:.4f} MB per extra {a.mb:g} MB rank "
+              f"(4096 ranks: {icpt + 4096 * mem:.0f} MB; 16384: {icpt + 16384 * mem:.0f} MB); "
+              f"time {sec0:.1f} s + {sec:.3f} s per rank with {a.jobs} workers; worker peak "
+              f"{max(r['worker_peak_mb'] for r in rs):.0f} MB")
+    if "pool" in engines and "dask" in engines:
+        for n in sizes:
+            pr = [r for r in rows if r["ranks"] == n and r["engine"] == "pool"]
+            dr = [r for r in rows if r["ranks"] == n and r["engine"] == "dask"]
+            if pr and dr:
+                print(f"{n} ranks: Dask / pool time {dr[0]['wall_s'] / pr[0]['wall_s']:.2f}, parent memory "
+                      f"{dr[0]['parent_peak_mb'] / pr[0]['parent_peak_mb']:.2f}")
+    if a.out:
+        Path(a.out).write_text(json.dumps(rows, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
