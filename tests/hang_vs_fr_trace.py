@@ -27,12 +27,17 @@ def readme_rows() -> dict[str, dict[str, str]]:
     return out
 
 
-def ours(case: Path) -> str:
-    """This tool's first finding, in a few words."""
+def analyse(case: Path):
+    """(expected.json, HangReport) of one case folder, read as the CLI reads it."""
     exp = json.loads((case / "expected.json").read_text())
     job = load_job([case], jobs=1)
-    rep = analyze_hang(job.fr_dumps, job.nccl_logs, world_size=exp["world_size"], rank_logs=rank_stderr_files(job),
-                       stderr_logs=job.stderr_logs)
+    return exp, analyze_hang(job.fr_dumps, job.nccl_logs, world_size=exp["world_size"],
+                             rank_logs=rank_stderr_files(job), stderr_logs=job.stderr_logs)
+
+
+def ours(case: Path, analysed=analyse) -> str:
+    """This tool's first finding, in a few words."""
+    _, rep = analysed(case)
     if not rep.diagnoses:
         return "no finding"
     d = rep.diagnoses[0]
@@ -49,13 +54,13 @@ def verdict(planted: str, culprit: str, mine: str) -> str:
     return "✓" if got == want and "tie" not in mine else ("tie" if "tie" in mine and want <= got else "✗")
 
 
-def table() -> str:
+def table(analysed=analyse) -> str:
     rows = readme_rows()
     out = ["| case | planted | culprit | this tool's first finding | | torchrun root cause | fr_trace as is | "
            "fr_trace given pg_config |", "|---|---|---|---|---|---|---|---|"]
     for name in sorted(rows):
         r = rows[name]
-        mine = ours(BED / name)
+        mine = ours(BED / name, analysed)
         out.append(f"| `{name}` | {r['kind']} | {r['culprit']} | {mine} | {verdict(r['kind'], r['culprit'], mine)} "
                    f"| {r['torchrun root cause']} | {r['fr_trace as is']} | {r['fr_trace given pg_config']} |")
     return "\n".join(out)
