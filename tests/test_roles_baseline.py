@@ -169,3 +169,16 @@ def test_a_pipeline_whose_only_traffic_is_send_recv_gets_no_dp_target(run):
     rep = report(f"fixtures/real-cpu-pipes/{run}")
     assert rep["cross_rank"]["pipeline"]["detected"]
     assert not [f["id"] for f in rep["findings"] if f["id"] in ("COMM001", "COMM002")]
+
+
+def test_cpu_profile_counts_each_operator_once_and_base002_quotes_only_communication():
+    """A CPU trace's operators nest (autograd's evaluate_function wraps the backward node): the profile keeps the
+    outermost ones, so the diff does not list one op twice; BASE002 quotes only what communicates."""
+    cur, base = report("fixtures/real-cpu-perf/ddp4-clean-medium"), report("fixtures/real-cpu-perf/ddp4-clean-small")
+    names = [k["name"] for k in cur["profile"]["kernels"]]
+    assert any(n.startswith("autograd::engine::evaluate_function: GeneratedBackwardFor") for n in names)
+    assert not any(n.startswith("GeneratedBackwardFor") for n in names)  # inside the wrapper: counted there
+    out = apply_baseline(dict(cur, findings=list(cur["findings"])), base, "b")
+    b2 = next(f for f in out["findings"] if f["id"] == "BASE002")
+    grew = [e["text"] for e in b2["evidence"] if e["text"].startswith("grew:")]
+    assert grew and all("gloo:" in t for t in grew)

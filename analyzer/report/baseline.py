@@ -231,9 +231,12 @@ def profile_diff(current: dict, baseline: dict) -> dict:
             "collective_counts": counts}
 
 
-def _diff_lines(diff: dict) -> list[str]:
-    """Evidence lines for the diff: what grew, appeared, vanished; collective counts that changed."""
+def _diff_lines(diff: dict, comm_only: bool = False) -> list[str]:
+    """Evidence lines for the diff: what grew, appeared, vanished; collective counts that changed (``comm_only``:
+    only communication rows, for a communication regression)."""
     out = []
+    if comm_only:
+        diff = {k: [r for r in v if r.get("kind", "comm") == "comm"] for k, v in diff.items() if isinstance(v, list)}
     for r in diff.get("grew") or []:
         out.append(f"grew: {r['name'][:120]} {r['baseline_us']:.0f} → {r['current_us']:.0f} µs per step "
                    f"({r['change_us']:+.0f} µs; {r['baseline_count']:g} → {r['current_count']:g} calls)")
@@ -314,6 +317,7 @@ def regression_findings(section: dict) -> list[dict]:
             by_rule.setdefault(m.rule, []).append((m, row))
     out = []
     diff_ev = [{"text": t, "file": None, "line": None} for t in _diff_lines(section.get("diff") or {})]
+    comm_ev = [{"text": t, "file": None, "line": None} for t in _diff_lines(section.get("diff") or {}, True)]
     if not section.get("comparable", True):
         diffs = (section.get("shape") or {}).get("differences") or []
         out.append({
@@ -337,7 +341,7 @@ def regression_findings(section: dict) -> list[dict]:
             "id": rule, "title": title, "severity": m0.severity, "confidence": 0.9,
             "subject": {"ranks": [], "process_group": None, "step": None, "collective": None},
             "evidence": [{"text": _describe(r), "file": None, "line": None} for _, r in items]
-                        + (diff_ev if rule in ("BASE001", "BASE002") else [])
+                        + (diff_ev if rule == "BASE001" else comm_ev if rule == "BASE002" else [])
                         + [{"text": f"baseline: {section['source']}", "file": None, "line": None}],
             "cost": cost,
             "fix": "Compare the two runs' per-rank tables and timelines (--html); bisect the change between them "

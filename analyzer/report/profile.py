@@ -1,6 +1,6 @@
 """The report's `profile` section: what ran per step, by name, so a later run can be diffed against this one.
 
-`kernels`: every activity name (GPU kernels and copies; CPU operators of a CPU-only trace) with its count and time
+`kernels`: every activity name (GPU kernels and copies; the outermost CPU operators of a CPU-only trace) with its count and time
 per step, averaged over the traced ranks (only activity starting inside a step window; the whole trace when there
 are no steps). The longest `MAX_NAMES` are kept, names cut at `NAME_CHARS`, so a 10,000-rank job's report stays small.
 """
@@ -17,6 +17,18 @@ MAX_NAMES = 200
 NAME_CHARS = 240
 
 
+def _outermost(a: pd.DataFrame) -> np.ndarray:
+    """Rows not inside an earlier-starting row of the same thread (stream): the outermost CPU operators, so a
+    wrapper and the op it wraps are not both counted. Vectorised: per thread, a row is nested when it starts before
+    the running maximum end of the rows sorted before it."""
+    d = pd.DataFrame({"s": a["stream"].to_numpy(), "b": a["start"].to_numpy(), "e": a["end"].to_numpy()})
+    d = d.sort_values(["s", "b", "e"], ascending=[True, True, False], kind="stable")
+    prev = d.groupby("s", sort=False)["e"].cummax().groupby(d["s"], sort=False).shift()
+    top = np.ones(len(a), dtype=bool)
+    top[d.index.to_numpy()] = (prev.isna() | (d["b"] >= prev)).to_numpy()
+    return top
+
+
 def rank_profile(trace: Any) -> Optional[tuple[pd.DataFrame, int]]:
     """One rank's (name, kind, per_step_n, per_step_ns) rows and its step count; None without activity or steps."""
     a = trace.activity
@@ -28,6 +40,8 @@ def rank_profile(trace: Any) -> Optional[tuple[pd.DataFrame, int]]:
     los, his = lo[order], hi[order]
     k = np.searchsorted(los, start, side="right") - 1
     keep = (k >= 0) & (start < his[np.maximum(k, 0)])
+    if getattr(trace, "device_type", "gpu") == "cpu":
+        keep &= _outermost(a)  # CPU operators nest (a backward node inside autograd's evaluate_function): once each
     names = np.asarray(trace.names, dtype=object)
     df = pd.DataFrame({"name": names[a["name_id"].to_numpy()[keep]], "kind": a["kind"].to_numpy()[keep].astype(str),
                        "dur": (a["end"].to_numpy() - start)[keep]})
