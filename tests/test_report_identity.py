@@ -69,7 +69,10 @@ def test_parent_holds_compact_ranks_with_shared_values(tmp_path):
         write_rank(tmp_path / f"rank{r}.pt.trace.json", r, 3, 0.6, 1, False)
     a = analyzer.load(tmp_path, jobs=2)
     ts = list(a.job.traces.values())
-    assert len(ts) == 3 and all("activity" not in vars(t) for t in ts)
+    assert len(ts) == 3 and all(not hasattr(t, "__dict__") for t in ts)  # only the declared compact fields
+    # every table packed, its strings in the one pool of the job (analyzer/rank/packed.py)
+    pool = ts[0].packed("collectives").strings
+    assert all(t.packed(k).strings is pool for t in ts for k in ("steps", "collectives", "kernels", "idle"))
     assert sum(t.n_activities for t in ts) == sum(r["activities"] for r in a.report["ranks"]) > 0
     # one object for a group's rank list on every rank, not one copy per rank
     rank_lists = [t.collectives["pg_ranks"].cat.categories for t in ts]

@@ -24,6 +24,7 @@ import pandas as pd
 from analyzer.cross_rank import pipeline_schedule as ps
 from analyzer.cross_rank.pipeline_blocks import RankBlocks, rank_blocks
 from analyzer.rank import intervals as iv
+from analyzer.rank.summary import collective_column
 
 #: CPU traces whose send/recv name their peer for less than this share are paired by nothing we can trust.
 PEERS_GIVEN_MIN = 0.9
@@ -226,8 +227,8 @@ def _blocks_of(job: Any, ranks: list[int]) -> dict[int, RankBlocks]:
 def _p2p_ranks(job: Any) -> list[int]:
     out = []
     for r, t in job.traces.items():
-        c = t.collectives
-        if c is not None and len(c) and c["op"].isin(["send", "recv"]).any():
+        ops = collective_column(t, "op")
+        if len(ops) and np.isin(ops, ["send", "recv"]).any():
             out.append(int(r))
     return sorted(out)
 

@@ -8,6 +8,8 @@ from typing import Any, Optional
 import numpy as np
 import pandas as pd
 
+from analyzer.rank.summary import collective_column
+
 #: Where the rank → host map came from (docs/report-sections.md `cross_rank.hosts.source`).
 HOST_SOURCES = ("trace", "nccl_log", "gpus_per_node", "none")
 P2P_OPS = ("send", "recv")
@@ -91,10 +93,13 @@ def declared_groups(job: Any) -> dict[str, Group]:
             ranks = parse_ranks(pg.get("ranks"))
             if len(ranks) > len(g.ranks):
                 g.ranks = ranks
-        c = t.collectives
-        if len(c) and "pg_name" in c:
-            named = c[c["pg_name"] != ""].drop_duplicates("pg_name")
-            for name, desc, rk in zip(named["pg_name"], named["pg_desc"], named["pg_ranks"]):
+        names = collective_column(t, "pg_name")  # no table rebuilt per rank (10,000-rank jobs)
+        if len(names):
+            rows = np.flatnonzero(names != "")
+            _, first = np.unique(names[rows].astype(str), return_index=True)
+            rows = rows[np.sort(first)]  # each group's first row, in row order (drop_duplicates)
+            descs, rks = collective_column(t, "pg_desc"), collective_column(t, "pg_ranks")
+            for name, desc, rk in zip(names[rows], descs[rows], rks[rows]):
                 g = groups.setdefault(name, Group(name))
                 g.desc = g.desc or desc
                 ranks = parsed.get(rk) if isinstance(rk, str) else None

@@ -64,12 +64,26 @@ class Job:
 
     def lanes(self, windows: dict[int, tuple[int, int]]) -> dict[int, dict]:
         """Per rank: its compute / comm / memcpy interval sets clipped to the window (lo, hi) given for it (own
-        clock), read from where the rank was parsed."""
-        ranks = [r for r in windows if r in self.lane_handles]
-        if not ranks or self.engine is None:
-            return {}
-        got = self.engine.query(_clip_lanes, [self.lane_handles[r] for r in ranks], [windows[r] for r in ranks])
-        return dict(zip(ranks, got))
+        clock), read from where the rank was parsed (ranks held as full traces are left out)."""
+        return self.on_ranks(_clip_lanes, windows, full_traces=False)
+
+    def on_ranks(self, fn: Callable[[Optional[RankLanes], Any], Any], args: dict[int, Any],
+                 full_traces: bool = True) -> dict[int, Any]:
+        """Per rank in ``args``: ``fn(lanes, arg)`` run where the rank's interval sets (RankLanes) are kept, all
+        in one engine call; only the answers travel. ``fn`` must be a module-level function (it is pickled).
+        A rank held as a full trace (jobs built in Python) is answered here from its activity."""
+        out: dict[int, Any] = {}
+        far = [r for r in args if r in self.lane_handles]
+        for r in args if full_traces else ():
+            t = self.traces.get(r)
+            if r not in self.lane_handles and t is not None and not isinstance(t, RankSummary):
+                from analyzer.rank.metrics import kind_sets
+                from analyzer.rank.summary import lanes_of
+                out[r] = fn(lanes_of(kind_sets(t)), args[r])
+        if far and self.engine is not None:
+            got = self.engine.query(fn, [self.lane_handles[r] for r in far], [args[r] for r in far])
+            out.update(zip(far, got))
+        return out
 
     def full_trace(self, rank: int):
         """The rank's whole KinetoTrace, parsed again from its file (for callers that need every event)."""

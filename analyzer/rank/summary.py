@@ -2,13 +2,14 @@
 
 ``summarise(trace)`` turns a parsed KinetoTrace into a :class:`RankSummary` of compact tables — steps, the
 collective rows (string columns categorised, each row's step and the share of the step's compute done before
-it), per-step metrics, first-activity gaps, pipeline blocks, the profile rows, kernel and idle breakdowns — plus the rank's interval
+it), per-step metrics, first-activity gaps, pipeline blocks, the profile rows, kernel and idle breakdowns, each
+kept packed (analyzer/rank/packed.py: ~200 B a table instead of a DataFrame's ~5 KB) — plus the rank's interval
 sets (:class:`RankLanes`: compute, comm and memcpy unions) that later queries read (the HTML timelines) without
 the activity table. The parent process holds only these; a rank's full activity table never leaves its worker.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Optional
 
 import numpy as np
@@ -17,6 +18,7 @@ import pandas as pd
 from analyzer.rank import intervals as iv
 from analyzer.rank.breakdown import idle_breakdown, kernel_breakdown
 from analyzer.rank.metrics import kind_sets, rank_step_metrics
+from analyzer.rank.packed import Packed, StringPool, pack
 
 #: Collective columns kept (the parser's, minus its activity index) and the ones stored as categories.
 COLLECTIVE_COLUMNS = ["start", "end", "stream", "op", "in_nelems", "out_nelems", "dtype", "pg_name", "pg_desc",
@@ -39,31 +41,91 @@ class RankLanes:
         return {k: iv.clip(getattr(self, k), lo, hi) for k in ("compute", "comm", "memcpy")}
 
 
-@dataclass
-class RankSummary:
-    """One rank as the parent holds it: the trace's header and compact per-rank results (no activity table)."""
+#: the summary's small tables, kept packed (analyzer/rank/packed.py) and rebuilt as DataFrames when read
+TABLES = ("steps", "collectives", "step_metrics", "first_gaps", "kernels", "idle")
 
-    path: str
-    rank: Optional[int]
-    rank_source: str
-    world_size: Optional[int]
-    meta: dict
-    steps: pd.DataFrame              # step, start, end (own clock, ns)
-    collectives: pd.DataFrame        # COLLECTIVE_COLUMNS; op, dtype, pg_* categorical
-    warnings: list[str]
-    salvage: Optional[dict]
-    n_activities: int
-    activity_start: Optional[int]    # first activity start / last activity end (own clock), None without any
-    activity_end: Optional[int]
-    step_metrics: pd.DataFrame       # analyzer.rank.metrics.STEP_COLUMNS
-    first_gaps: pd.DataFrame         # step, gap_ns: step start to its first device activity
-    blocks: Any                      # analyzer.cross_rank.pipeline_blocks.RankBlocks of a rank with send/recv, else None
-    profile: Any                     # analyzer.report.profile.rank_profile: (rows, steps) or None
-    kernels: pd.DataFrame            # analyzer.rank.breakdown.KERNEL_COLUMNS
-    idle: pd.DataFrame               # analyzer.rank.breakdown.IDLE_COLUMNS
-    extra: dict = field(default_factory=dict)
-    #: the [tool.analyze] comm-kernels patterns the trace was parsed with (re-reads use the same)
-    comm_kernels: tuple = ()
+
+def _table(name: str) -> property:
+    def get(self: "RankSummary") -> Optional[pd.DataFrame]:
+        p = getattr(self, "_" + name)
+        return None if p is None else p.frame()
+
+    def set_(self: "RankSummary", df: Optional[pd.DataFrame]) -> None:
+        setattr(self, "_" + name, pack(df))
+    return property(get, set_, doc=f"The rank's {name} table (a DataFrame rebuilt from its packed form).")
+
+
+class RankSummary:
+    """One rank as the parent holds it: the trace's header and compact per-rank results (no activity table).
+
+    Tables (rebuilt as DataFrames on each read; the ``_name`` attributes hold them packed): ``steps`` (step,
+    start, end: own clock, ns), ``collectives`` (COLLECTIVE_COLUMNS; string columns categorical),
+    ``step_metrics`` (analyzer.rank.metrics.STEP_COLUMNS; None once the job-wide table holds it),
+    ``first_gaps`` (step, gap_ns: step start to its first device activity), ``kernels`` / ``idle``
+    (analyzer.rank.breakdown), ``profile`` (analyzer.report.profile.rank_profile: (rows, steps) or None).
+    ``blocks``: the pipeline blocks (analyzer.cross_rank.pipeline_blocks.RankBlocks) of a rank with
+    send/recv, else None. ``comm_kernels``: the [tool.analyze] comm-kernels patterns the trace was parsed with
+    (re-reads use the same).
+    """
+
+    __slots__ = ("path", "rank", "rank_source", "world_size", "meta", "warnings", "salvage", "n_activities",
+                 "activity_start", "activity_end", "blocks", "extra", "comm_kernels", "_profile", "profile_steps",
+                 *("_" + t for t in TABLES))
+
+    steps = _table("steps")
+    collectives = _table("collectives")
+    step_metrics = _table("step_metrics")
+    first_gaps = _table("first_gaps")
+    kernels = _table("kernels")
+    idle = _table("idle")
+
+    def __init__(self, path: str, rank: Optional[int], rank_source: str, world_size: Optional[int], meta: dict,
+                 steps: pd.DataFrame, collectives: pd.DataFrame, warnings: list[str], salvage: Optional[dict],
+                 n_activities: int, activity_start: Optional[int], activity_end: Optional[int],
+                 step_metrics: Optional[pd.DataFrame], first_gaps: pd.DataFrame, blocks: Any, profile: Any,
+                 kernels: Optional[pd.DataFrame], idle: Optional[pd.DataFrame], extra: Optional[dict] = None,
+                 comm_kernels: tuple = ()):
+        self.path, self.rank, self.rank_source, self.world_size = path, rank, rank_source, world_size
+        self.meta, self.warnings, self.salvage, self.n_activities = meta, warnings, salvage, n_activities
+        self.activity_start, self.activity_end, self.blocks = activity_start, activity_end, blocks
+        self.extra, self.comm_kernels = extra or {}, comm_kernels
+        self.steps, self.collectives, self.step_metrics = steps, collectives, step_metrics
+        self.first_gaps, self.kernels, self.idle = first_gaps, kernels, idle
+        self.profile = profile
+
+    def __getstate__(self) -> dict:
+        return {k: getattr(self, k) for k in self.__slots__}
+
+    def __setstate__(self, state: dict) -> None:
+        for k, v in state.items():
+            setattr(self, k, v)
+
+    @property
+    def profile(self) -> Any:
+        """(rows, steps) of analyzer.report.profile.rank_profile, or None."""
+        return None if self._profile is None else (self._profile.frame(), self.profile_steps)
+
+    @profile.setter
+    def profile(self, value: Any) -> None:
+        self._profile, self.profile_steps = (None, 0) if value is None else (pack(value[0]), int(value[1]))
+
+    def packed(self, name: str) -> Optional[Packed]:
+        """One table in its packed form (for job-wide joins: analyzer.rank.packed.concat); name as in TABLES
+        or "profile"."""
+        return getattr(self, "_" + name)
+
+    def collective_column(self, name: str) -> np.ndarray:
+        """One column of the collective rows, without rebuilding the table (job-wide loops over ranks)."""
+        return self._collectives.column(name) if self._collectives is not None else np.empty(0, dtype=object)
+
+    @property
+    def n_collectives(self) -> int:
+        return len(self._collectives) if self._collectives is not None else 0
+
+    def share(self, pool: StringPool) -> None:
+        """Re-point every table's strings into the job's pool (see analyzer.rank.packed)."""
+        for name in (*TABLES, "profile"):
+            pool.adopt(getattr(self, "_" + name))
 
     @property
     def device_type(self) -> str:
@@ -75,9 +137,9 @@ class RankSummary:
         if self.blocks is not None:
             self.blocks.rank = rank
         for name in ("step_metrics", "kernels", "idle"):
-            df = getattr(self, name)
-            if df is not None and "rank" in df:
-                setattr(self, name, df.assign(rank=np.int64(rank)))
+            p = getattr(self, "_" + name)
+            if p is not None and "rank" in p.columns:
+                setattr(self, "_" + name, p.with_column("rank", rank))
 
     def full(self) -> Any:
         """The rank's whole KinetoTrace, parsed again from its file (the analysis itself never needs it)."""
@@ -89,6 +151,26 @@ class RankSummary:
     def activity(self) -> pd.DataFrame:
         """Every device activity row, read again from the file (see :meth:`full`)."""
         return self.full().activity
+
+
+def collective_column(t: Any, name: str) -> np.ndarray:
+    """One column of a rank's collective rows (a RankSummary's without rebuilding its table; a full trace's
+    as it is); empty when there are none or the column is absent."""
+    if isinstance(t, RankSummary):
+        try:
+            return t.collective_column(name)
+        except KeyError:
+            return np.empty(0, dtype=object)
+    c = getattr(t, "collectives", None)
+    return c[name].to_numpy() if c is not None and name in c else np.empty(0, dtype=object)
+
+
+def n_collectives(t: Any) -> int:
+    """How many collective rows a rank has."""
+    if isinstance(t, RankSummary):
+        return t.n_collectives
+    c = getattr(t, "collectives", None)
+    return 0 if c is None else len(c)
 
 
 def step_of(steps: pd.DataFrame, t: np.ndarray) -> np.ndarray:
@@ -151,16 +233,13 @@ def compact_collectives(trace: Any, compute: iv.Intervals) -> pd.DataFrame:
 
 
 class SharedValues:
-    """Equal values of different ranks as one object in the parent: each category string of the collective
-    rows (a 10,000-rank "Process Group Ranks" string is ~60 KB, the same on every member) and each
+    """Equal values of different ranks as one object in the parent: each string of the summaries' tables, in
+    one StringPool (a 10,000-rank "Process Group Ranks" string is ~60 KB, the same on every member) and each
     ``distributedInfo.pg_config`` (every rank lists every group). Without it the parent holds one copy per rank."""
 
     def __init__(self) -> None:
-        self._strings: dict[str, str] = {}
+        self.pool = StringPool()
         self._configs: dict[bytes, Any] = {}
-
-    def string(self, value: str) -> str:
-        return self._strings.setdefault(value, value)
 
     def config(self, value: Any) -> Any:
         import msgspec
@@ -171,14 +250,10 @@ class SharedValues:
         return self._configs.setdefault(key, value)
 
     def share(self, summary: Optional["RankSummary"]) -> Optional["RankSummary"]:
-        """``summary`` with its category values and pg_config replaced by the shared objects (in place)."""
+        """``summary`` with its tables' strings in the job's pool and its pg_config the shared object (in place)."""
         if summary is None:
             return None
-        c = summary.collectives
-        for k in CATEGORY_COLUMNS:
-            if k in c and isinstance(c[k].dtype, pd.CategoricalDtype):
-                cats = pd.Index([self.string(v) for v in c[k].cat.categories], dtype=object)
-                c[k] = pd.Categorical.from_codes(c[k].cat.codes.to_numpy(), categories=cats)
+        summary.share(self.pool)
         if isinstance(summary.meta, dict) and summary.meta.get("pg_config") is not None:
             summary.meta = {**summary.meta, "pg_config": self.config(summary.meta["pg_config"])}
         return summary

@@ -9,6 +9,7 @@ import pandas as pd
 
 from analyzer import __version__
 from analyzer.load.job import Job
+from analyzer.rank.summary import n_collectives
 from analyzer.report.summary import job_summary, rank_summary
 
 SCHEMA = "dtrace-analyzer/report"
@@ -43,12 +44,29 @@ def frame_records(df: pd.DataFrame, ns_to_us: bool = True) -> list[dict]:
     """DataFrame → list of dicts, with *_ns durations reported as *_us floats."""
     if df is None or df.empty:
         return []
-    out = df.copy()
-    if ns_to_us:
-        for c, new in _NS_TO_US.items():
-            if c in out.columns:
-                out[new] = out.pop(c) / 1000.0
-    return clean(out.to_dict(orient="records"))
+    names, columns = [], []
+    rename = _NS_TO_US if ns_to_us else {}
+    order = [c for c in df.columns if c not in rename] + [c for c in rename if c in df.columns]
+    for c in order:  # column by column into Python values, then one dict per row (no DataFrame copy)
+        v = df[c].to_numpy()
+        if c in rename:
+            v = v / 1000.0
+        names.append(str(rename.get(c, c)))
+        columns.append(_python_values(v))
+    return [dict(zip(names, row)) for row in zip(*columns)]
+
+
+def _python_values(v: np.ndarray) -> list:
+    """A column as JSON-ready Python values (what :func:`clean` makes of each cell)."""
+    if v.dtype.kind == "f":
+        out = v.tolist()
+        bad = np.flatnonzero(~np.isfinite(v))
+        for i in bad:
+            out[i] = None
+        return out
+    if v.dtype.kind in "iub":
+        return v.tolist()
+    return [clean(x) for x in v]
 
 
 def usable(job: Job) -> bool:
@@ -94,7 +112,7 @@ def build_report(job: Job) -> dict:
             "rank": r, "file": t.path, "rank_source": t.rank_source, "world_size": t.world_size,
             "host": t.meta.get("host"), "gpu": t.meta.get("gpu_name"), "device_type": t.meta.get("device_type"),
             "backend": t.meta.get("backend"), "nccl_version": t.meta.get("nccl_version"),
-            "activities": int(t.n_activities), "collectives": int(len(t.collectives)),
+            "activities": int(t.n_activities), "collectives": n_collectives(t),
             "steps": [int(s) for s in t.steps["step"]] if len(t.steps) else [],
             "salvaged": t.salvage is not None,
             "cut": job.damage[r].to_dict() if r in getattr(job, "damage", {}) else None,
