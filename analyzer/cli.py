@@ -292,6 +292,9 @@ def _analyse_and_write(args: argparse.Namespace, thresholds: dict, engine: Any, 
     code = EXIT_OK
     out = _Stdout()
     for fmt, path in targets:
+        if fmt == "json" and path is not None:  # bytes straight to the file (no text copy of a large report)
+            code = _write_json(analysis.report, path) or code
+            continue
         color = path is None and fmt == "text" and use_color(args.color, sys.stdout)
         text = analysis.render(fmt, args.fail_on, color, args.verbose)
         if fmt != "github":  # only the annotations format may hold workflow commands
@@ -314,6 +317,19 @@ def _analyse_and_write(args: argparse.Namespace, thresholds: dict, engine: Any, 
     if code:
         return code
     return EXIT_FINDINGS if analysis.failing(args.fail_on) else EXIT_OK
+
+
+def _write_json(report: dict, path: str) -> int:
+    """Write the JSON report to ``path``; EXIT_USAGE (said on stderr) when the file cannot be written. Its
+    strings went through the sanitiser and JSON text cannot start a line with one, so no CI guard is needed."""
+    from analyzer.render.json_out import render_json_bytes
+    try:
+        with open(path, "wb") as fh:
+            fh.write(render_json_bytes(report))
+    except OSError as exc:
+        print(f"analyze: error: cannot write {_one_line(path)}: {_one_line(exc.strerror or exc)}", file=sys.stderr)
+        return EXIT_USAGE
+    return 0
 
 
 def _write_timeline(analysis: Any, args: argparse.Namespace, out: _Stdout) -> int:

@@ -5,7 +5,7 @@
 
 Each size is a simulated job written once by benchmarks/gen_traces.py to bench-data/scale-<ranks>x<mb>/
 (git-ignored; delete it afterwards). Each run is a fresh child process that analyses the job and renders the
-JSON report; it reports its own peak RSS (the parent: what holds every rank's compact results and the
+JSON report as `--output` writes it; it reports its own peak RSS (the parent: what holds every rank's compact results and the
 cross-rank stage) and the largest child's (a pool or Dask worker; Dask's scheduler runs in the parent). The
 growth per extra rank is a least-squares line through the sizes, printed with the extrapolation to 4096 and
 16,384 ranks (docs/performance.md, "Past one machine").
@@ -44,11 +44,11 @@ def child(folder: str, engine: str, jobs: int) -> int:
     import resource
     t0 = time.perf_counter()
     import analyzer
-    from analyzer.render.json_out import render_json
+    from analyzer.render.json_out import render_json_bytes  # what `analyze --format json --output` writes
     imported = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     t1 = time.perf_counter()
     a = analyzer.load(folder, jobs=jobs, dask="local" if engine == "dask" else None)
-    text = render_json(a.report)
+    text = render_json_bytes(a.report)
     t2 = time.perf_counter()
     a.close()
     print(json.dumps({

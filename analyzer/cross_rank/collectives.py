@@ -52,35 +52,52 @@ def gather(job: Any) -> pd.DataFrame:
     (its collectives are then an unknown subset: analyzer/load/damage.py).
 
     The rows come from each rank's summary (analyzer/rank/summary.py) with their step and ``compute_before``
-    (share of the step's compute done before the row) already computed where the rank was parsed.
+    (share of the step's compute done before the row) already computed where the rank was parsed; the ranks'
+    packed tables are joined as raw arrays (analyzer/rank/packed.py), strings as the job's shared objects.
     """
-    frames = []
+    from analyzer.rank.packed import concat, lengths
     damage = getattr(job, "damage", None) or {}
-    for r, t in job.traces.items():
-        c = t.collectives
-        d = damage.get(r)
-        if d is not None and c is not None and len(c):
-            c = c[c["start"].to_numpy() < d.cut_at_ns] if d.collectives_trusted() else c.iloc[:0]
-        if c is None or not len(c):
-            continue
-        df = c.reindex(columns=[k for k in _LONG_COLUMNS if k not in ("rank", "device_type")]
-                       + ["step", "compute_before"]).copy()
-        for k in ("op", "dtype", "pg_name", "pg_ranks"):  # categories → strings (shared: one object per value)
-            if isinstance(df[k].dtype, pd.CategoricalDtype):
-                df[k] = df[k].astype(str)
-        df["rank"] = r
-        df["device_type"] = t.device_type
-        frames.append(df[[k for k in _LONG_COLUMNS] + ["step", "compute_before"]])
-    if not frames:
+    ranks = list(job.traces)
+    parts = [_packed_collectives(job.traces[r]) for r in ranks]
+    n = lengths(parts)
+    long = concat(parts) if n.sum() else None
+    if long is None or not len(long):
         return pd.DataFrame({k: [] for k in _LONG_COLUMNS + ["step"]})
-    long = pd.concat(frames, ignore_index=True)
-    for k in ("pg_name", "pg_ranks", "dtype"):
-        long[k] = long[k].fillna("").astype(str)
+    rank = np.repeat(np.asarray(ranks, dtype=np.int64), n)
+    cut = np.repeat(np.array([_cut_at(damage.get(r)) for r in ranks], dtype=np.int64), n)
+    long["rank"] = rank
+    long["device_type"] = np.repeat(np.array([job.traces[r].device_type for r in ranks], dtype=object), n)
+    if (cut < _NO_CUT).any():
+        long = long[long["start"].to_numpy() < cut].reset_index(drop=True)
+    long = long.reindex(columns=[k for k in _LONG_COLUMNS] + ["step", "compute_before"])
+    for k in ("op", "dtype", "pg_name", "pg_ranks"):  # categories → the shared string objects
+        col = long[k]
+        long[k] = (np.asarray(col.astype(object).fillna(""), dtype=object) if isinstance(col.dtype, pd.CategoricalDtype)
+                   else col.fillna("").astype(str))
     long["peer"] = long["peer"].fillna(-1).astype(np.int64)
     long["nelems"] = np.where(long["op"].to_numpy() == "allgather", long["out_nelems"], long["in_nelems"])
     long["nelems"] = np.where(long["nelems"] < 0, np.maximum(long["in_nelems"], long["out_nelems"]),
                               long["nelems"]).astype(np.int64)
     return long
+
+
+def _packed_collectives(t: Any) -> Any:
+    """A rank's collective rows packed (a RankSummary's own; a full trace's packed here)."""
+    from analyzer.rank.packed import pack
+    if hasattr(t, "packed"):
+        return t.packed("collectives")
+    c = t.collectives
+    return None if c is None else pack(c)
+
+
+_NO_CUT = np.iinfo(np.int64).max
+
+
+def _cut_at(d: Any) -> int:
+    """Rows of a damaged trace kept: those starting before the cut; none when its collectives are untrusted."""
+    if d is None:
+        return _NO_CUT
+    return int(d.cut_at_ns) if d.collectives_trusted() else np.iinfo(np.int64).min
 
 
 @dataclass
@@ -118,7 +135,7 @@ def assign_keys(long: pd.DataFrame, declared: dict[str, Any]) -> Keys:
 def collective_sequences(long: pd.DataFrame) -> pd.DataFrame:
     """Rows that are group-wide collectives, with `seq` = order within (rank, process_group)."""
     c = long[~long["op"].isin(P2P_OPS)].sort_values(["rank", "process_group", "start", "end"], kind="stable")
-    c = c.assign(seq=c.groupby(["rank", "process_group"], sort=False).cumcount().to_numpy())
+    c["seq"] = c.groupby(["rank", "process_group"], sort=False).cumcount().to_numpy()  # c is a new frame
     return c
 
 
@@ -185,10 +202,16 @@ def peers_by_end(p: pd.DataFrame, aligned_end: np.ndarray, tolerance_ns: int, ti
     return peer
 
 
-def instance_frame(members: pd.DataFrame, hosts_of: dict[int, str], expected: dict) -> tuple[pd.DataFrame,
-                                                                                              pd.DataFrame]:
-    """Per-instance metrics from member rows (columns iid, rank, start, end aligned, op, nelems, dtype, …)."""
-    m = members.sort_values(["iid", "rank"], kind="stable").reset_index(drop=True)
+def instance_frame(members: pd.DataFrame, hosts_of: dict[int, str], expected: dict,
+                   owned: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Per-instance metrics from member rows (columns iid, rank, start, end aligned, op, nelems, dtype, …).
+
+    ``owned``: the caller hands ``members`` over, already sorted by (iid, rank) with a RangeIndex; it is
+    extended into the returned member table, so a job's member rows are not held twice."""
+    if owned:
+        m = members
+    else:
+        m = members.sort_values(["iid", "rank"], kind="stable").reset_index(drop=True)
     g = m.groupby("iid", sort=True)
     latest = g["start"].transform("max").to_numpy()
     m["wait_ns"] = latest - m["start"].to_numpy()
@@ -216,7 +239,7 @@ def instance_frame(members: pd.DataFrame, hosts_of: dict[int, str], expected: di
     inst["arrival_skew_ns"] = inst["start_max"] - inst["start_min"]
     inst["end_skew_ns"] = inst["end_max"] - inst["end_min"]
     # last arrival and how much later it was than the second-latest (the delay it alone caused)
-    ms = m.sort_values(["iid", "start", "rank"], kind="stable")
+    ms = m[["iid", "start", "rank"]].sort_values(["iid", "start", "rank"], kind="stable")
     last = ms.groupby("iid").tail(1).set_index("iid")
     second = ms.groupby("iid")["start"].nth(-2)
     second = pd.Series(second.to_numpy(), index=ms.loc[second.index, "iid"].to_numpy())

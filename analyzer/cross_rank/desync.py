@@ -126,7 +126,7 @@ def realign(coll: pd.DataFrame, job: Any, offset_of: Optional[dict] = None) -> t
     any sequence number changed. ``offset_of``: clock offsets per rank (ns to add to local times), when known."""
     if not len(coll):
         return coll, [], False
-    coll = coll.copy()
+    seqs: Optional[pd.Series] = None  # the corrected sequence numbers, copied on the first change
     found: list[dict] = []
     changed = False
     kept = _kept_steps(job)
@@ -163,10 +163,12 @@ def realign(coll: pd.DataFrame, job: Any, offset_of: Optional[dict] = None) -> t
             rs, re_ = rows["start"].to_numpy().astype(np.float64), rows["end"].to_numpy().astype(np.float64)
             off = None if offset_of is None else float(offset_of.get(int(r), 0) - offset_of.get(ref_rank, 0))
             changed = True
+            if seqs is None:
+                seqs = pd.Series(coll["seq"].to_numpy().copy(), index=coll.index)
             if m < n:
                 total, mapping = _best_alignment(rs, re_, rsig, fs, fe, fsig, scale, off)
                 margin, alt = _margin(rs, re_, rsig, fs, fe, fsig, scale, mapping)
-                coll.loc[rows.index, "seq"] = ref["seq"].to_numpy()[mapping]
+                seqs.loc[rows.index] = ref["seq"].to_numpy()[mapping]
                 lo, hi = int(mapping.min()), int(mapping.max())
                 for j in np.setdiff1d(np.arange(n), mapping):
                     st = int(fstep[j])
@@ -183,13 +185,15 @@ def realign(coll: pd.DataFrame, job: Any, offset_of: Optional[dict] = None) -> t
                 seq[mapping] = ref["seq"].to_numpy()
                 extra = np.flatnonzero(seq < 0)
                 seq[extra] = EXTRA_SEQ + extra
-                coll.loc[rows.index, "seq"] = seq
+                seqs.loc[rows.index] = seq
                 rstep = rows["step"].to_numpy()
                 for i in extra:
                     if _recorded(kept, int(r), int(rstep[i])):
                         before = int((mapping < i).sum())
                         found.append(_record("extra", int(r), pg, str(rows["op"].iloc[i]), before, fstep, ref_rank,
                                              0.6, step=int(rstep[i])))
+    if seqs is not None:
+        coll = coll.assign(seq=seqs.to_numpy())
     return coll, found, changed
 
 

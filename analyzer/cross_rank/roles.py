@@ -19,55 +19,65 @@ from analyzer.rank.metrics import kind_sets, step_windows
 ROLE_ORDER = ("dp", "fsdp", "tp", "ep", "pp", "unknown")
 
 
-def compute_sets(job: Any, ranks: list[int]) -> dict[int, iv.Intervals]:
-    """Each rank's compute interval set (own clock): read where a RankSummary's rank was parsed (one query for
-    all of them, not kept), or from a full trace's activity."""
-    out, windows = {}, {}
-    for r in ranks:
-        t = job.traces.get(r)
-        if t is None:
-            continue
-        if hasattr(t, "n_activities"):
-            if t.activity_start is not None:
-                windows[r] = (int(t.activity_start), int(t.activity_end) + 1)
-        else:
-            out[r] = kind_sets(t)["compute"]
-    if windows:
-        out.update({r: v["compute"] for r, v in job.lanes(windows).items() if v})
+def role_times(lanes: Any, arg: tuple) -> list[tuple[str, float, float]]:
+    """Run where a rank's interval sets are kept: per role, the rank's communication time (the union of the
+    role's intervals ``(role, start, end)`` on the rank's own clock) inside its step windows ``lo``/``hi``,
+    and the part of it overlapped by the rank's compute."""
+    lo, hi, roles = arg
+    compute = lanes.compute if lanes is not None else iv.empty()
+    out = []
+    for role, s, e in roles:
+        comm = iv.union(s, e)
+        ov = iv.intersect(comm, compute)
+        out.append((role, float(iv.clipped_lengths(comm, lo, hi).sum()), float(iv.clipped_lengths(ov, lo, hi).sum())))
     return out
 
 
 def role_metrics(job: Any, members: pd.DataFrame, offset_of: dict, role_of: dict[str, str],
                  n_steps: int) -> list[dict]:
-    """One row per role: groups, comm/overlap/exposed time and shares, collectives per step and mean bytes."""
+    """One row per role: groups, comm/overlap/exposed time and shares, collectives per step and mean bytes.
+
+    The overlap with compute is measured where each rank was parsed (Job.on_ranks): only the rank's member
+    intervals go there and two numbers per role come back, never a rank's compute set."""
     if members is None or not len(members):
         return []
-    m = members.assign(role=members["process_group"].map(role_of).fillna("unknown"))
+    # plain arrays, not a copy of the member table (10,000 ranks × thousands of collectives)
+    role = members["process_group"].map(role_of).fillna("unknown").to_numpy(dtype=object)
+    rank_of = members["rank"].to_numpy()
+    start, end = members["start"].to_numpy(np.int64), members["end"].to_numpy(np.int64)
+    coll = members["kind"].to_numpy() == "collective" if "kind" in members else np.ones(len(members), bool)
+    by_rank = np.argsort(rank_of, kind="stable")  # each rank's rows keep their order
+    ranks, first = np.unique(rank_of[by_rank], return_index=True)
+    bounds = np.append(first, len(by_rank))
     acc: dict[str, dict] = {}
-    computes = compute_sets(job, sorted({int(r) for r in m["rank"].unique()}))
-    for rank, g in m.groupby("rank", sort=True):
+    args, facts = {}, {}
+    for i, rank in enumerate(ranks):
         t = job.traces.get(int(rank))
         if t is None:
             continue
         steps, lo, hi, _ = step_windows(t)
         if not len(steps):
             continue
-        compute = computes.get(int(rank), iv.empty())
-        step_total = float((hi - lo).sum())
+        rows = by_rank[bounds[i]:bounds[i + 1]]
         shift = int(offset_of.get(int(rank), 0))
-        for role, rg in g.groupby("role", sort=False):
-            s = rg["start"].to_numpy(np.int64) - shift
-            e = rg["end"].to_numpy(np.int64) - shift
-            comm = iv.union(s, e)
-            ov = iv.intersect(comm, compute)
-            c = float(iv.clipped_lengths(comm, lo, hi).sum())
-            o = float(iv.clipped_lengths(ov, lo, hi).sum())
-            a = acc.setdefault(str(role), {"comm": 0.0, "overlap": 0.0, "step": 0.0, "ranks": set(), "calls": 0})
+        roles, calls = [], {}
+        for name in pd.unique(role[rows]):  # in order of first appearance, as groupby(sort=False) gave them
+            sel = rows[role[rows] == name]
+            roles.append((str(name), start[sel] - shift, end[sel] - shift))
+            calls[str(name)] = int(coll[sel].sum())
+        args[int(rank)] = (lo, hi, roles)
+        facts[int(rank)] = (float((hi - lo).sum()), calls)
+    times = job.on_ranks(role_times, args) if hasattr(job, "on_ranks") else {
+        r: role_times(_lanes_of_trace(job.traces[r]), a) for r, a in args.items()}
+    for rank in args:  # in rank order, as the sums were always taken
+        step_total, calls = facts[rank]
+        for role, c, o in times.get(rank) or role_times(None, args[rank]):
+            a = acc.setdefault(role, {"comm": 0.0, "overlap": 0.0, "step": 0.0, "ranks": set(), "calls": 0})
             a["comm"] += c
             a["overlap"] += o
             a["step"] += step_total
-            a["ranks"].add(int(rank))
-            a["calls"] += int((rg["kind"] == "collective").sum()) if "kind" in rg else len(rg)
+            a["ranks"].add(rank)
+            a["calls"] += calls[role]
     out = []
     groups_of: dict[str, list[str]] = {}
     for name, role in role_of.items():
@@ -86,3 +96,9 @@ def role_metrics(job: Any, members: pd.DataFrame, offset_of: dict, role_of: dict
             "collectives_per_step": a["calls"] / n_ranks / max(1, n_steps),
         })
     return out
+
+
+def _lanes_of_trace(t: Any) -> Any:
+    """A full trace's interval sets (a job object without Job.on_ranks)."""
+    from analyzer.rank.summary import lanes_of
+    return lanes_of(kind_sets(t))

@@ -73,12 +73,13 @@ def _analyse(job: Job, gpus_per_node: Optional[int]) -> CrossRank:
         return CrossRank(hosts, al, pd.DataFrame(), _empty_members(), {}, "none", 0, declared)
     keys = co.assign_keys(long, declared)
     coll = co.collective_sequences(long)
+    p2p = co.p2p_rows(long)
+    del long  # the two tables above hold every row now (peak memory: docs/performance.md)
     coll, obs, al = _align_collectives(coll, ranks, domain_of)
     coll, desyncs, changed = ds.realign(coll, job, al.offset_of if al.status == "ok" else None)
     if changed:  # a rank lacked (or added) collectives: match and align again on the corrected order
         coll, obs, al = _align_collectives(coll, ranks, domain_of)
 
-    p2p = co.p2p_rows(long)
     if len(p2p):
         size2 = {k: m for k, m in keys.members.items() if len(m) == 2}
         implied = [(m[1] if r == m[0] else m[0]) if k in size2 and r in m else -1
@@ -105,37 +106,41 @@ def _analyse(job: Job, gpus_per_node: Optional[int]) -> CrossRank:
             found = co.peers_by_end(p2p[unl], aend, int(tol))
             p2p.loc[unl, "peer"] = found
     # ---- members on the aligned clock ---------------------------------------------------------------
-    parts = []
-    c = coll.assign(kind="collective", src=-1, dst=-1)
-    c["iid"] = c["obs"]
-    parts.append(c)
+    keep = ["iid", "rank", "start", "end", "op", "nelems", "dtype", "process_group", "kind", "seq", "src", "dst",
+            "step", "stream"]
+    first_compute = first_compute_shares(coll)
+    n_iid = int(coll["obs"].max() + 1) if len(coll) else 0
+    coll["kind"], coll["src"], coll["dst"], coll["iid"] = "collective", -1, -1, coll["obs"]
+    parts = [coll[keep]]
+    del coll
     expected = {("collective", k): m for k, m in keys.members.items()}
     unmatched = 0
     if len(p2p):
         pr = co.pair_by_order(p2p)
         unmatched += int((p2p["peer"] < 0).sum())
         pk = pd.factorize(pd.MultiIndex.from_arrays([pr["process_group"], pr["src"], pr["dst"], pr["seq"]]))[0]
-        pr = pr.assign(kind="p2p", iid=pk + int(c["iid"].max() + 1 if len(c) else 0))
-        parts.append(pr)
+        pr = pr.assign(kind="p2p", iid=pk + n_iid)
+        parts.append(pr.reindex(columns=keep))
         for k in pr["process_group"].unique():
             expected[("p2p", k)] = [0, 1]
-    mem = pd.concat(parts, ignore_index=True)
+        del pr
+    mem = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+    del parts
     shift = al.shift(mem["rank"].to_numpy())
     mem["start"] = mem["start"].to_numpy() + shift
     mem["end"] = mem["end"].to_numpy() + shift
-    keep = ["iid", "rank", "start", "end", "op", "nelems", "dtype", "process_group", "kind", "seq", "src", "dst",
-            "step", "stream"]
-    mem = mem[keep]
-    inst, members = co.instance_frame(mem, hosts.rank_to_host if hosts.known else {}, expected)
+    mem = mem.sort_values(["iid", "rank"], kind="stable", ignore_index=True)  # the unsorted rows go now
+    inst, members = co.instance_frame(mem, hosts.rank_to_host if hosts.known else {}, expected, owned=True)
+    del mem
     unmatched += int((~inst["complete"]).sum())
     return CrossRank(hosts, al, inst, members, expected, keys.method, unmatched, declared, desyncs,
-                     first_compute_shares(coll))
+                     first_compute)
 
 
 def _align_collectives(coll: pd.DataFrame, ranks: list[int], domain_of: dict) -> tuple:
     """Observation ids per (group, seq), the observations and the clock offsets they give."""
     coll_key = pd.MultiIndex.from_arrays([coll["process_group"], coll["seq"]])
-    coll = coll.assign(obs=pd.factorize(coll_key)[0])
+    coll["obs"] = pd.factorize(coll_key)[0]  # the caller's own table: a copy of every row is not needed
     obs = coll[["obs", "rank", "end"]].rename(columns={"end": "t"})
     return coll, obs, al_mod.estimate(obs, ranks, domain_of)
 

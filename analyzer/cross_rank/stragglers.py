@@ -149,20 +149,20 @@ def _excess(df: pd.DataFrame, col: str, rank: int) -> float:
     return float(np.nanmedian((piv[rank] - others).to_numpy()))
 
 
-def compute_union(job: Any, rank: int) -> iv.Intervals:
-    """A rank's compute time as a normalised interval set on its own clock (cached on the job)."""
-    key = ("compute_union", rank)
-    if key not in job.cache:  # kept where the rank was parsed (analyzer/rank/summary.py RankLanes)
-        t = job.traces[rank]
-        if hasattr(t, "n_activities"):  # a RankSummary
-            lo, hi = t.activity_start, t.activity_end
-            got = job.lanes({rank: (int(lo), int(hi) + 1)}).get(rank) if lo is not None else None
-            job.cache[key] = got["compute"] if got else iv.empty()
-        else:
-            a = t.activity
-            comp = a["kind"].to_numpy() == "compute"
-            job.cache[key] = iv.union(a["start"].to_numpy()[comp], a["end"].to_numpy()[comp])
-    return job.cache[key]
+def compute_inside(lanes: Any, windows: tuple) -> np.ndarray:
+    """Run where a rank's interval sets are kept: its compute time inside each [lo, hi) window (own clock)."""
+    lo, hi = windows
+    return iv.clipped_lengths(lanes.compute if lanes is not None else iv.empty(), lo, hi)
+
+
+def _compute_in_windows(job: Any, windows: dict[int, tuple]) -> dict[int, np.ndarray]:
+    """Per rank: compute time inside its windows, measured where the rank was parsed (one engine call; a
+    rank's compute set never comes to this process)."""
+    if hasattr(job, "on_ranks"):
+        return job.on_ranks(compute_inside, windows)
+    from analyzer.rank.metrics import kind_sets
+    from analyzer.rank.summary import lanes_of
+    return {r: compute_inside(lanes_of(kind_sets(job.traces[r])), w) for r, w in windows.items()}
 
 
 def holdups(inst: pd.DataFrame) -> pd.DataFrame:
@@ -190,25 +190,36 @@ def _merge_windows(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
 
 def _exposed(job: Any, hold: pd.DataFrame, members: pd.DataFrame, offset_of: dict, keys: list[str]) -> pd.DataFrame:
     """Per (keys…, member): time inside the holder's hold-ups when that member ran no compute (its own clock)."""
-    j = members[["iid", "rank"]].rename(columns={"iid": "instance", "rank": "member"}).merge(hold, on="instance")
-    j = j[j["member"] != j["rank"]]
-    if not len(j):
+    # the members of held-up instances other than the holder, as plain lookups (no merged copy of the
+    # member table: 10,000 ranks × thousands of collectives)
+    h = hold.sort_values("instance", kind="stable").reset_index(drop=True)
+    h_inst = h["instance"].to_numpy()
+    iid, member = members["iid"].to_numpy(), members["rank"].to_numpy()
+    at = np.minimum(np.searchsorted(h_inst, iid), max(len(h_inst) - 1, 0))
+    hit = np.flatnonzero((h_inst[at] == iid) if len(h_inst) else np.zeros(len(iid), bool))
+    at, member = at[hit], member[hit]
+    other = member != h["rank"].to_numpy()[at]
+    at, member = at[other], member[other]
+    if not len(at):
         return pd.DataFrame({**{k: [] for k in keys}, "member": [], "exposed_ns": []})
-    ranks = np.unique(j["member"].to_numpy())
+    ranks = np.unique(member)
     off = np.array([offset_of.get(int(r), 0) for r in ranks], dtype=np.int64)
-    pos = np.searchsorted(ranks, j["member"].to_numpy())
-    j = j.assign(lo=j["lo"].to_numpy() - off[pos], hi=j["hi"].to_numpy() - off[pos])
-    blocks = _merge_windows(j[keys + ["member", "lo", "hi"]], ["member"] + keys)
+    shift = off[np.searchsorted(ranks, member)]
+    j = pd.DataFrame({**{k: h[k].to_numpy()[at] for k in keys}, "member": member,
+                      "lo": h["lo"].to_numpy()[at] - shift, "hi": h["hi"].to_numpy()[at] - shift})
+    blocks = _merge_windows(j, ["member"] + keys)
     exposed = np.zeros(len(blocks), dtype=np.int64)
     bm = blocks["member"].to_numpy()
     lo, hi = blocks["lo"].to_numpy(), blocks["hi"].to_numpy()
     by_member = np.argsort(bm, kind="stable")  # one sort, then each member's rows are a slice (not ranks × rows)
     members_sorted, first = np.unique(bm[by_member], return_index=True)
     bounds = np.append(first, len(bm))
-    for i, r in enumerate(members_sorted):  # each member's compute on its own clock (vectorised within the rank)
-        sel = by_member[bounds[i]:bounds[i + 1]]
-        if int(r) in job.traces:
-            exposed[sel] = (hi[sel] - lo[sel]) - iv.clipped_lengths(compute_union(job, int(r)), lo[sel], hi[sel])
+    sels = {int(r): by_member[bounds[i]:bounds[i + 1]] for i, r in enumerate(members_sorted)
+            if int(r) in job.traces}
+    inside = _compute_in_windows(job, {r: (lo[sel], hi[sel]) for r, sel in sels.items()})
+    for r, sel in sels.items():  # each member's compute on its own clock (measured where the rank is)
+        got = inside.get(r)
+        exposed[sel] = (hi[sel] - lo[sel]) - (got if got is not None else 0)
     blocks["exposed_ns"] = exposed
     return blocks.groupby(keys + ["member"], as_index=False)["exposed_ns"].sum()
 

@@ -5,7 +5,15 @@ import orjson
 
 from analyzer.render import sanitize
 
+_OPTIONS = orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_APPEND_NEWLINE
+
+
+def render_json_bytes(report: dict) -> bytes:
+    """The JSON document as UTF-8 bytes (what ``--output r.json`` writes: a 10,000-rank report is not held
+    once more as text). Pretty, key order as built, ending in a newline, strings through `sanitize`."""
+    return sanitize.dumps_bytes(report, option=_OPTIONS)
+
 
 def render_json(report: dict) -> str:
-    """Pretty, key-sorted-by-construction JSON text ending in a newline (strings through `sanitize.dumps`)."""
-    return sanitize.dumps(report, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY) + "\n"
+    """:func:`render_json_bytes` as text."""
+    return render_json_bytes(report).decode()

@@ -137,13 +137,18 @@ def json_tree(obj: Any) -> Any:
 
 def dumps(obj: Any, option: int = 0) -> str:
     """orjson text of a report: fast path as is, sanitised copy when a string holds surrogates or CI commands."""
+    return dumps_bytes(obj, option).decode()
+
+
+def dumps_bytes(obj: Any, option: int = 0) -> bytes:
+    """:func:`dumps` as UTF-8 bytes."""
     try:
         out = orjson.dumps(obj, option=option)
         if b"##[" not in out:
-            return out.decode()
+            return out
     except (TypeError, orjson.JSONEncodeError):
         pass
-    return orjson.dumps(json_tree(obj), option=option | orjson.OPT_SERIALIZE_NUMPY).decode()
+    return orjson.dumps(json_tree(obj), option=option | orjson.OPT_SERIALIZE_NUMPY)
 
 
 def guard_ci_lines(document: str) -> str:
