@@ -13,8 +13,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from analyzer.load.job import ask_ranks
 from analyzer.rank import intervals as iv
-from analyzer.rank.metrics import kind_sets, step_windows
+from analyzer.rank.metrics import step_windows
 
 ROLE_ORDER = ("dp", "fsdp", "tp", "ep", "pp", "unknown")
 
@@ -67,8 +68,7 @@ def role_metrics(job: Any, members: pd.DataFrame, offset_of: dict, role_of: dict
             calls[str(name)] = int(coll[sel].sum())
         args[int(rank)] = (lo, hi, roles)
         facts[int(rank)] = (float((hi - lo).sum()), calls)
-    times = job.on_ranks(role_times, args) if hasattr(job, "on_ranks") else {
-        r: role_times(_lanes_of_trace(job.traces[r]), a) for r, a in args.items()}
+    times = ask_ranks(job, role_times, args)
     for rank in args:  # in rank order, as the sums were always taken
         step_total, calls = facts[rank]
         for role, c, o in times.get(rank) or role_times(None, args[rank]):
@@ -96,9 +96,3 @@ def role_metrics(job: Any, members: pd.DataFrame, offset_of: dict, role_of: dict
             "collectives_per_step": a["calls"] / n_ranks / max(1, n_steps),
         })
     return out
-
-
-def _lanes_of_trace(t: Any) -> Any:
-    """A full trace's interval sets (a job object without Job.on_ranks)."""
-    from analyzer.rank.summary import lanes_of
-    return lanes_of(kind_sets(t))

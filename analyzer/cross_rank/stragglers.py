@@ -20,6 +20,7 @@ from typing import Any, Optional
 import numpy as np
 import pandas as pd
 
+from analyzer.load.job import ask_ranks
 from analyzer.phrases import ranks_text
 from analyzer.rank import intervals as iv
 from analyzer.rank.summary import first_activity_gaps
@@ -155,16 +156,6 @@ def compute_inside(lanes: Any, windows: tuple) -> np.ndarray:
     return iv.clipped_lengths(lanes.compute if lanes is not None else iv.empty(), lo, hi)
 
 
-def _compute_in_windows(job: Any, windows: dict[int, tuple]) -> dict[int, np.ndarray]:
-    """Per rank: compute time inside its windows, measured where the rank was parsed (one engine call; a
-    rank's compute set never comes to this process)."""
-    if hasattr(job, "on_ranks"):
-        return job.on_ranks(compute_inside, windows)
-    from analyzer.rank.metrics import kind_sets
-    from analyzer.rank.summary import lanes_of
-    return {r: compute_inside(lanes_of(kind_sets(job.traces[r])), w) for r, w in windows.items()}
-
-
 def holdups(inst: pd.DataFrame) -> pd.DataFrame:
     """Instances held up by one member: instance, process_group, step, rank (the last), lo (second-latest
     start), hi (its start)."""
@@ -216,7 +207,8 @@ def _exposed(job: Any, hold: pd.DataFrame, members: pd.DataFrame, offset_of: dic
     bounds = np.append(first, len(bm))
     sels = {int(r): by_member[bounds[i]:bounds[i + 1]] for i, r in enumerate(members_sorted)
             if int(r) in job.traces}
-    inside = _compute_in_windows(job, {r: (lo[sel], hi[sel]) for r, sel in sels.items()})
+    # measured where each rank was parsed (one engine call; a rank's compute set never comes here)
+    inside = ask_ranks(job, compute_inside, {r: (lo[sel], hi[sel]) for r, sel in sels.items()})
     for r, sel in sels.items():  # each member's compute on its own clock (measured where the rank is)
         got = inside.get(r)
         exposed[sel] = (hi[sel] - lo[sel]) - (got if got is not None else 0)

@@ -77,9 +77,7 @@ class Job:
         for r in args if full_traces else ():
             t = self.traces.get(r)
             if r not in self.lane_handles and t is not None and not isinstance(t, RankSummary):
-                from analyzer.rank.metrics import kind_sets
-                from analyzer.rank.summary import lanes_of
-                out[r] = fn(lanes_of(kind_sets(t)), args[r])
+                out[r] = _answer_here(t, fn, args[r])
         if far and self.engine is not None:
             got = self.engine.query(fn, [self.lane_handles[r] for r in far], [args[r] for r in far])
             out.update(zip(far, got))
@@ -91,6 +89,21 @@ class Job:
 
     def count(self, status: str) -> int:
         return sum(1 for f in self.files if f.status == status)
+
+
+def ask_ranks(job: Any, fn: Callable[[Optional[RankLanes], Any], Any], args: dict[int, Any]) -> dict[int, Any]:
+    """:meth:`Job.on_ranks` for any job object: one built in Python without an engine (full traces) is
+    answered here from each trace's activity."""
+    if hasattr(job, "on_ranks"):
+        return job.on_ranks(fn, args)
+    return {r: _answer_here(job.traces[r], fn, a) for r, a in args.items() if r in job.traces}
+
+
+def _answer_here(trace: Any, fn: Callable[[Optional[RankLanes], Any], Any], arg: Any) -> Any:
+    """``fn`` on a full trace's interval sets, computed in this process."""
+    from analyzer.rank.metrics import kind_sets
+    from analyzer.rank.summary import lanes_of
+    return fn(lanes_of(kind_sets(trace)), arg)
 
 
 def _parse_trace(path: str, comm_kernels: tuple = ()) -> tuple[tuple[Optional[RankSummary], str],
