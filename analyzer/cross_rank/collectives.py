@@ -46,38 +46,57 @@ _LONG_COLUMNS = ["rank", "start", "end", "stream", "op", "in_nelems", "out_nelem
 
 
 def gather(job: Any) -> pd.DataFrame:
-    """Every rank's comm rows in one table (rank column added; times still on each rank's own clock).
+    """Every rank's comm rows in one table (rank column added; times still on each rank's own clock):
+    :func:`gather_columns` as a DataFrame."""
+    cols = gather_columns(job)
+    return pd.DataFrame(cols, copy=False) if len(cols["rank"]) else pd.DataFrame({k: [] for k in _LONG_COLUMNS +
+                                                                                   ["step"]})
+
+
+def gather_columns(job: Any) -> dict[str, np.ndarray]:
+    """Every rank's comm rows as named columns (a dict of arrays: a column can be dropped as soon as it has been
+    used, which a DataFrame's consolidated blocks do not allow).
 
     A trace cut off mid-write gives only its rows before the cut, and none when the cut lost a whole thread
     (its collectives are then an unknown subset: analyzer/load/damage.py).
 
     The rows come from each rank's summary (analyzer/rank/summary.py) with their step and ``compute_before``
-    (share of the step's compute done before the row) already computed where the rank was parsed; the ranks'
-    packed tables are joined as raw arrays (analyzer/rank/packed.py), strings as the job's shared objects.
+    (share of the step's compute done before the row) already computed where the rank was parsed; only the
+    columns used here are joined from the ranks' packed tables (analyzer/rank/packed.py), strings as the job's
+    shared objects, so no wider table of every row is built on the way.
     """
-    from analyzer.rank.packed import concat, lengths
+    from analyzer.rank.packed import concat, concat_columns, lengths
     damage = getattr(job, "damage", None) or {}
     ranks = list(job.traces)
     parts = [_packed_collectives(job.traces[r]) for r in ranks]
     n = lengths(parts)
-    long = concat(parts) if n.sum() else None
-    if long is None or not len(long):
-        return pd.DataFrame({k: [] for k in _LONG_COLUMNS + ["step"]})
-    rank = np.repeat(np.asarray(ranks, dtype=np.int64), n)
+    wanted = [k for k in _LONG_COLUMNS if k not in ("rank", "device_type")] + ["step", "compute_before"]
+    if not n.sum():
+        return {k: np.empty(0, np.int64) for k in _LONG_COLUMNS + ["step", "compute_before", "nelems"]}
+    try:
+        cols = concat_columns(parts, wanted)
+    except KeyError:  # a table without every column: joined whole below
+        cols = None
+    if cols is None:
+        long = concat(parts).reindex(columns=wanted)
+        for k in ("op", "dtype", "pg_name", "pg_ranks"):  # categories → the shared string objects
+            col = long[k]
+            long[k] = (np.asarray(col.astype(object).fillna(""), dtype=object)
+                       if isinstance(col.dtype, pd.CategoricalDtype) else col.fillna("").astype(str))
+        cols = {k: long[k].to_numpy() for k in wanted}
+        del long
     cut = np.repeat(np.array([_cut_at(damage.get(r)) for r in ranks], dtype=np.int64), n)
-    long["rank"] = rank
-    long["device_type"] = np.repeat(np.array([job.traces[r].device_type for r in ranks], dtype=object), n)
-    if (cut < _NO_CUT).any():
-        long = long[long["start"].to_numpy() < cut].reset_index(drop=True)
-    long = long.reindex(columns=[k for k in _LONG_COLUMNS] + ["step", "compute_before"])
-    for k in ("op", "dtype", "pg_name", "pg_ranks"):  # categories → the shared string objects
-        col = long[k]
-        long[k] = (np.asarray(col.astype(object).fillna(""), dtype=object) if isinstance(col.dtype, pd.CategoricalDtype)
-                   else col.fillna("").astype(str))
-    long["peer"] = long["peer"].fillna(-1).astype(np.int64)
-    long["nelems"] = np.where(long["op"].to_numpy() == "allgather", long["out_nelems"], long["in_nelems"])
-    long["nelems"] = np.where(long["nelems"] < 0, np.maximum(long["in_nelems"], long["out_nelems"]),
-                              long["nelems"]).astype(np.int64)
+    keep = cols["start"] < cut if (cut < _NO_CUT).any() else None
+    cols["rank"] = np.repeat(np.asarray(ranks, dtype=np.int64), n)
+    cols["device_type"] = np.repeat(np.array([job.traces[r].device_type for r in ranks], dtype=object), n)
+    if keep is not None:
+        cols = {k: v[keep] for k, v in cols.items()}
+    peer = pd.Series(cols.pop("peer"))
+    cols["peer"] = peer.fillna(-1).astype(np.int64).to_numpy()
+    op, i_n, o_n = cols["op"], cols["in_nelems"], cols["out_nelems"]
+    nel = np.where(op == "allgather", o_n, i_n)
+    long = {k: cols.pop(k) for k in _LONG_COLUMNS + ["step", "compute_before"]}
+    long["nelems"] = np.where(nel < 0, np.maximum(i_n, o_n), nel).astype(np.int64)
     return long
 
 
@@ -108,28 +127,84 @@ class Keys:
     method: str  # process_group | stream_order
 
 
-def assign_keys(long: pd.DataFrame, declared: dict[str, Any]) -> Keys:
-    """Set `process_group` on every row: the pg name; else the only declared group; else stream / rank order."""
-    pg = long["pg_name"].to_numpy()
+def assign_keys(long: Any, declared: dict[str, Any]) -> Keys:
+    """Set `process_group` on every row: the pg name; else the only declared group; else stream / rank order.
+
+    ``long``: a DataFrame or a dict of columns (:func:`gather_columns`)."""
+    pg = np.asarray(long["pg_name"])
     has = pg != ""
     only = next(iter(declared)) if len(declared) == 1 else None
-    cpu = long["device_type"].to_numpy() == "cpu"
-    fallback = np.where(cpu, "order", "stream:" + long["stream"].astype(str).to_numpy())
-    if only is not None:
-        fallback = np.full(len(long), only, dtype=object)
-    long["process_group"] = np.where(has, pg, fallback)
+    key = pg.copy() if pg.dtype == object else pg.astype(object)
+    if not has.all():  # the fallback key only for the rows that need it, one string object per distinct key
+        if only is not None:
+            key[~has] = only
+        else:
+            cpu = np.asarray(long["device_type"])[~has] == "cpu"
+            stream = pd.Series(np.asarray(long["stream"])[~has]).astype(str).to_numpy(dtype=object)
+            names = np.where(cpu, "order", "stream:" + stream)
+            codes, uniq = pd.factorize(names)
+            key[~has] = np.asarray(uniq, dtype=object)[codes]
+    long["process_group"] = key
+    from analyzer.cross_rank.topology import parse_ranks
     members: dict[str, list[int]] = {}
-    present = long.groupby("process_group")["rank"].unique()
-    for key, rks in present.items():
-        g = declared.get(key)
-        members[key] = list(g.ranks) if g is not None and g.ranks else sorted(int(x) for x in rks)
-    for rk in long.loc[has, ["pg_name", "pg_ranks"]].drop_duplicates().itertuples(index=False):
-        from analyzer.cross_rank.topology import parse_ranks
-        pr = parse_ranks(rk.pg_ranks)
-        if pr and len(pr) > len(members.get(rk.pg_name, [])):
-            members[rk.pg_name] = pr
+    kcode, knames = pd.factorize(key, sort=True)
+    rank = np.asarray(long["rank"], dtype=np.int64)
+    span = int(rank.max()) + 1 if len(rank) else 1
+    pairs = np.unique(kcode.astype(np.int64) * span + rank)  # (group, rank) present, by group then rank
+    cut = np.searchsorted(pairs // span, np.arange(len(knames) + 1))
+    for i, k in enumerate(knames):
+        g = declared.get(k)
+        members[k] = list(g.ranks) if g is not None and g.ranks else (pairs[cut[i]:cut[i + 1]] % span).tolist()
+    # each distinct (pg name, pg ranks) once, in order of first appearance
+    pcode = pd.factorize(pg[has])[0].astype(np.int64)
+    rcodes, rnames = pd.factorize(np.asarray(long["pg_ranks"])[has])
+    _, first = np.unique(pcode * (len(rnames) + 1) + rcodes, return_index=True)
+    named = np.flatnonzero(has)[np.sort(first)]
+    for name, ranks_text in zip(pg[named], np.asarray(long["pg_ranks"])[named]):
+        pr = parse_ranks(ranks_text)
+        if pr and len(pr) > len(members.get(name, [])):
+            members[name] = pr
     method = "process_group" if has.all() or only is not None else "stream_order"
     return Keys(members, method)
+
+
+#: Columns of a collective row that the cross-rank stage uses after the rows are split (section.py).
+COLL_COLUMNS = ("rank", "start", "end", "stream", "op", "nelems", "dtype", "process_group", "step", "compute_before")
+
+
+def split_rows(long: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], pd.DataFrame]:
+    """Group-wide collectives as columns sorted by (rank, group, start, end) with `seq`, and the send/recv rows.
+
+    Consumes ``long`` (a dict from :func:`gather_columns` with `process_group` set): each column is dropped once
+    it has been copied, so the rows are held about once. Same rows and order as :func:`collective_sequences`
+    and :func:`p2p_rows`."""
+    is_p2p = np.isin(long["op"], list(P2P_OPS))
+    p2p = pd.DataFrame({k: v[is_p2p] for k, v in long.items()}) if is_p2p.any() else \
+        pd.DataFrame({k: v[:0] for k, v in long.items()})
+    sel = np.flatnonzero(~is_p2p)
+    gcode = pd.factorize(long["process_group"][sel], sort=True)[0]
+    order = sel[np.lexsort((long["end"][sel], long["start"][sel], gcode, long["rank"][sel]))]
+    del sel, gcode
+    coll = {}
+    for k in list(long):
+        v = long.pop(k)
+        if k in COLL_COLUMNS:
+            coll[k] = v[order]
+        del v
+    coll["seq"] = _cumcount(coll["rank"], coll["process_group"])
+    return coll, p2p
+
+
+def _cumcount(rank: np.ndarray, group: np.ndarray) -> np.ndarray:
+    """Position of each row within its run of equal (rank, group) (rows sorted by rank then group)."""
+    n = len(rank)
+    if not n:
+        return np.empty(0, np.int64)
+    new = np.ones(n, bool)
+    new[1:] = (rank[1:] != rank[:-1]) | (group[1:] != group[:-1])
+    first = np.flatnonzero(new)
+    runs = np.diff(np.append(first, n))
+    return np.arange(n, dtype=np.int64) - np.repeat(first, runs)
 
 
 def collective_sequences(long: pd.DataFrame) -> pd.DataFrame:
@@ -265,6 +340,38 @@ def instance_frame(members: pd.DataFrame, hosts_of: dict[int, str], expected: di
         inst["n_hosts"] = np.nan
         inst["crossed_hosts"] = None
     return inst, m
+
+
+#: The instance stage works through the member rows in partitions of about this many rows (whole instances):
+#: its memory stays that of one partition however large the job (docs/scale.md).
+PARTITION_ROWS = 1 << 16
+
+
+def instance_frames(m: pd.DataFrame, hosts_of: dict[int, str], expected: dict,
+                    partition_rows: Optional[int] = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """:func:`instance_frame` over partitions of whole instances (about ``partition_rows`` rows each, default
+    PARTITION_ROWS): ``m`` is handed over sorted by (iid, rank) with a RangeIndex; the result is the same as one
+    call over every row."""
+    n = len(m)
+    partition_rows = PARTITION_ROWS if partition_rows is None else partition_rows
+    if n <= partition_rows:
+        return instance_frame(m, hosts_of, expected, owned=True)
+    iid = m["iid"].to_numpy()
+    cuts = [0]
+    while cuts[-1] + partition_rows < n:
+        at = iid[cuts[-1] + partition_rows]
+        c = int(np.searchsorted(iid, at, "left"))
+        cuts.append(c if c > cuts[-1] else int(np.searchsorted(iid, at, "right")))
+    cuts.append(n)
+    wait, dur = np.empty(n, np.int64), np.empty(n, np.int64)
+    parts = []
+    for a, b in zip(cuts[:-1], cuts[1:]):
+        inst, part = instance_frame(m.iloc[a:b].reset_index(drop=True), hosts_of, expected, owned=True)
+        wait[a:b], dur[a:b] = part["wait_ns"].to_numpy(), part["duration_ns"].to_numpy()
+        parts.append(inst)
+        del part
+    m["wait_ns"], m["duration_ns"] = wait, dur
+    return pd.concat(parts, ignore_index=True), m
 
 
 def instance_table(job: Any, gpus_per_node: Optional[int] = None) -> pd.DataFrame:

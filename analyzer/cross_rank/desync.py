@@ -28,8 +28,9 @@ UNSURE_MARGIN = 1.0
 OP_MISMATCH = 10.0
 
 
-def _consensus(sub: pd.DataFrame) -> tuple[int, int, np.ndarray, np.ndarray]:
-    """(count, reference rank, op codes of the reference sequence, op code table) of one group."""
+def _consensus(sub: pd.DataFrame) -> tuple[int, int, np.ndarray, np.ndarray, bool]:
+    """(count, reference rank, op codes of the reference sequence, op code table, whether every rank has that
+    count and follows it exactly) of one group."""
     counts = sub.groupby("rank").size()
     freq = counts.value_counts()
     n = int(max(freq[freq == freq.max()].index))
@@ -43,7 +44,8 @@ def _consensus(sub: pd.DataFrame) -> tuple[int, int, np.ndarray, np.ndarray]:
     ref_ops = votes.argmax(axis=0)
     exact = np.flatnonzero((mat == ref_ops).all(axis=1))
     ref_rank = int(urank[exact[0]] if len(exact) else urank[0])
-    return n, ref_rank, ref_ops, np.asarray(table)
+    agree = len(counts) == len(urank) and len(exact) == len(urank)
+    return n, ref_rank, ref_ops, np.asarray(table), agree
 
 
 def _align(rs: np.ndarray, re: np.ndarray, rop: np.ndarray, fs: np.ndarray, fe: np.ndarray, fop: np.ndarray,
@@ -126,75 +128,124 @@ def realign(coll: pd.DataFrame, job: Any, offset_of: Optional[dict] = None) -> t
     any sequence number changed. ``offset_of``: clock offsets per rank (ns to add to local times), when known."""
     if not len(coll):
         return coll, [], False
-    seqs: Optional[pd.Series] = None  # the corrected sequence numbers, copied on the first change
+    cols = {k: coll[k].to_numpy() for k in _COLUMNS}
+    found, changed = realign_columns(cols, job, offset_of)
+    if changed:
+        coll = coll.assign(seq=cols["seq"])
+    return coll, found, changed
+
+
+#: The columns of a group's collective rows that the consensus and the alignments read.
+_COLUMNS = ("rank", "seq", "op", "nelems", "start", "end", "step", "process_group")
+
+
+def realign_columns(coll: dict, job: Any, offset_of: Optional[dict] = None) -> tuple[list[dict], bool]:
+    """:func:`realign` on a dict of columns (section.py's), one group at a time: ``coll["seq"]`` is replaced
+    when a sequence number changes. Groups are visited in order of first appearance (rows sorted by rank)."""
     found: list[dict] = []
     changed = False
+    if not len(coll["rank"]):
+        return found, changed
     kept = _kept_steps(job)
-    for pg, sub in coll.groupby("process_group", sort=False):
-        if sub["rank"].nunique() < 2:
+    codes, names = pd.factorize(coll["process_group"])
+    order = np.argsort(codes, kind="stable")
+    bounds = np.searchsorted(codes[order], np.arange(len(names) + 1))
+    opcode = pd.factorize(coll["op"])[0]
+    seqs = coll["seq"]
+    for g, pg in enumerate(names):
+        idx = order[bounds[g]:bounds[g + 1]]
+        rank = coll["rank"][idx]
+        if len(idx) < 2 or (rank == rank[0]).all() or _all_agree(rank, opcode[idx]):
             continue
-        n, ref_rank, ref_ops, table = _consensus(sub)
-        ref = sub[sub["rank"] == ref_rank].sort_values("seq")
-        fs, fe = ref["start"].to_numpy().astype(np.float64), ref["end"].to_numpy().astype(np.float64)
-        fstep = ref["step"].to_numpy()
-        gaps = np.diff(np.sort(fe))
-        scale = float(np.median(gaps[gaps > 0])) if (gaps > 0).any() else 1_000.0
-        code_of = {op: i for i, op in enumerate(table)}
-        # signature for the alignment: op and element count (-1 where a trace records none: gloo without record_shapes)
-        sig = pd.factorize(pd.MultiIndex.from_arrays([sub["op"], sub["nelems"]]))[0]
-        sig = pd.Series(sig, index=sub.index)
-        fsig = sig.loc[ref.index].to_numpy()
-        for r, rows in sub.groupby("rank", sort=True):
-            rows = rows.sort_values("seq")
-            rop = np.array([code_of.get(o, -1) for o in rows["op"]], dtype=np.int64)
-            rsig = sig.loc[rows.index].to_numpy()
-            m = len(rows)
-            if m == n:
-                diff = np.flatnonzero(rop != ref_ops)
-                if len(diff) and r != ref_rank:
-                    j = int(diff[0])
-                    if _recorded(kept, int(r), int(fstep[j])):
-                        found.append(_record("order", int(r), pg, str(rows["op"].iloc[j]), j, fstep, ref_rank,
-                                             1.0, expected=str(table[ref_ops[j]])))
-                continue
-            d = abs(n - m)
-            if d > MAX_SKIPS or m == 0:
-                continue
-            rs, re_ = rows["start"].to_numpy().astype(np.float64), rows["end"].to_numpy().astype(np.float64)
-            off = None if offset_of is None else float(offset_of.get(int(r), 0) - offset_of.get(ref_rank, 0))
-            changed = True
-            if seqs is None:
-                seqs = pd.Series(coll["seq"].to_numpy().copy(), index=coll.index)
-            if m < n:
-                total, mapping = _best_alignment(rs, re_, rsig, fs, fe, fsig, scale, off)
-                margin, alt = _margin(rs, re_, rsig, fs, fe, fsig, scale, mapping)
-                seqs.loc[rows.index] = ref["seq"].to_numpy()[mapping]
-                lo, hi = int(mapping.min()), int(mapping.max())
-                for j in np.setdiff1d(np.arange(n), mapping):
-                    st = int(fstep[j])
-                    if _recorded(kept, int(r), st) or (st < 0 and lo < j < hi):
-                        rec = _record("missing", int(r), pg, str(table[ref_ops[j]]), int(j), fstep, ref_rank,
-                                      _confidence(margin))
-                        if alt is not None and margin < UNSURE_MARGIN:
-                            rec["or_position"] = alt  # about as good a fit (collectives that ran together)
-                        found.append(rec)
-            else:  # extra collectives on this rank: align the reference onto it instead
-                total, mapping = _best_alignment(fs, fe, fsig, rs, re_, rsig, scale,
-                                                 None if off is None else -off)
-                seq = np.full(m, -1, dtype=np.int64)
-                seq[mapping] = ref["seq"].to_numpy()
-                extra = np.flatnonzero(seq < 0)
-                seq[extra] = EXTRA_SEQ + extra
-                seqs.loc[rows.index] = seq
-                rstep = rows["step"].to_numpy()
-                for i in extra:
-                    if _recorded(kept, int(r), int(rstep[i])):
-                        before = int((mapping < i).sum())
-                        found.append(_record("extra", int(r), pg, str(rows["op"].iloc[i]), before, fstep, ref_rank,
-                                             0.6, step=int(rstep[i])))
-    if seqs is not None:
-        coll = coll.assign(seq=seqs.to_numpy())
-    return coll, found, changed
+        sub = pd.DataFrame({k: coll[k][idx] for k in _COLUMNS if k != "process_group"}, index=idx)
+        sub["seq"] = seqs[idx]
+        new = _realign_group(sub, pg, kept, offset_of, found)
+        if new is not None:
+            if not changed:
+                seqs = seqs.copy()
+                changed = True
+            seqs[idx] = new
+    if changed:
+        coll["seq"] = seqs
+    return found, changed
+
+
+def _all_agree(rank: np.ndarray, ops: np.ndarray) -> bool:
+    """Whether every rank of a group ran one sequence of ops (rows rank by rank, each in sequence order): the
+    common case, decided without building the group's table."""
+    starts = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1]])
+    n = len(rank) // len(starts)
+    if n * len(starts) != len(rank) or (np.diff(np.r_[starts, len(rank)]) != n).any():
+        return False
+    mat = ops.reshape(len(starts), n)
+    return bool((mat == mat[0]).all())
+
+
+def _realign_group(sub: pd.DataFrame, pg: Any, kept: set, offset_of: Optional[dict],
+                   found: list[dict]) -> Optional[np.ndarray]:
+    """One group's corrected sequence numbers (None when none changes); its desyncs are appended to ``found``."""
+    n, ref_rank, ref_ops, table, agree = _consensus(sub)
+    if agree:  # every rank ran the reference sequence: nothing to realign or report
+        return None
+    seqs: Optional[pd.Series] = None
+    ref = sub[sub["rank"] == ref_rank].sort_values("seq")
+    fs, fe = ref["start"].to_numpy().astype(np.float64), ref["end"].to_numpy().astype(np.float64)
+    fstep = ref["step"].to_numpy()
+    gaps = np.diff(np.sort(fe))
+    scale = float(np.median(gaps[gaps > 0])) if (gaps > 0).any() else 1_000.0
+    code_of = {op: i for i, op in enumerate(table)}
+    # signature for the alignment: op and element count (-1 where a trace records none: gloo without record_shapes)
+    sig = pd.factorize(pd.MultiIndex.from_arrays([sub["op"], sub["nelems"]]))[0]
+    sig = pd.Series(sig, index=sub.index)
+    fsig = sig.loc[ref.index].to_numpy()
+    for r, rows in sub.groupby("rank", sort=True):
+        rows = rows.sort_values("seq")
+        rop = np.array([code_of.get(o, -1) for o in rows["op"]], dtype=np.int64)
+        rsig = sig.loc[rows.index].to_numpy()
+        m = len(rows)
+        if m == n:
+            diff = np.flatnonzero(rop != ref_ops)
+            if len(diff) and r != ref_rank:
+                j = int(diff[0])
+                if _recorded(kept, int(r), int(fstep[j])):
+                    found.append(_record("order", int(r), pg, str(rows["op"].iloc[j]), j, fstep, ref_rank,
+                                         1.0, expected=str(table[ref_ops[j]])))
+            continue
+        d = abs(n - m)
+        if d > MAX_SKIPS or m == 0:
+            continue
+        rs, re_ = rows["start"].to_numpy().astype(np.float64), rows["end"].to_numpy().astype(np.float64)
+        off = None if offset_of is None else float(offset_of.get(int(r), 0) - offset_of.get(ref_rank, 0))
+        if seqs is None:
+            seqs = pd.Series(sub["seq"].to_numpy().copy(), index=sub.index)
+        if m < n:
+            total, mapping = _best_alignment(rs, re_, rsig, fs, fe, fsig, scale, off)
+            margin, alt = _margin(rs, re_, rsig, fs, fe, fsig, scale, mapping)
+            seqs.loc[rows.index] = ref["seq"].to_numpy()[mapping]
+            lo, hi = int(mapping.min()), int(mapping.max())
+            for j in np.setdiff1d(np.arange(n), mapping):
+                st = int(fstep[j])
+                if _recorded(kept, int(r), st) or (st < 0 and lo < j < hi):
+                    rec = _record("missing", int(r), pg, str(table[ref_ops[j]]), int(j), fstep, ref_rank,
+                                  _confidence(margin))
+                    if alt is not None and margin < UNSURE_MARGIN:
+                        rec["or_position"] = alt  # about as good a fit (collectives that ran together)
+                    found.append(rec)
+        else:  # extra collectives on this rank: align the reference onto it instead
+            total, mapping = _best_alignment(fs, fe, fsig, rs, re_, rsig, scale,
+                                             None if off is None else -off)
+            seq = np.full(m, -1, dtype=np.int64)
+            seq[mapping] = ref["seq"].to_numpy()
+            extra = np.flatnonzero(seq < 0)
+            seq[extra] = EXTRA_SEQ + extra
+            seqs.loc[rows.index] = seq
+            rstep = rows["step"].to_numpy()
+            for i in extra:
+                if _recorded(kept, int(r), int(rstep[i])):
+                    before = int((mapping < i).sum())
+                    found.append(_record("extra", int(r), pg, str(rows["op"].iloc[i]), before, fstep, ref_rank,
+                                         0.6, step=int(rstep[i])))
+    return None if seqs is None else seqs.to_numpy()
 
 
 def _kept_steps(job: Any) -> set:

@@ -66,19 +66,17 @@ def _analyse(job: Job, gpus_per_node: Optional[int]) -> CrossRank:
     ranks = job.ranks
     domain_of = {r: (hosts.host(r) if hosts.known else f"rank{r}") for r in ranks}
     declared = declared_groups(job)
-    long = co.gather(job)
-    if not len(long):
+    long = co.gather_columns(job)
+    if not len(long["rank"]):
         al = al_mod.zero_alignment(ranks, domain_of, "single_rank" if len(ranks) <= 1 else "refused",
                                    "no collectives in the traces: nothing to align on")
         return CrossRank(hosts, al, pd.DataFrame(), _empty_members(), {}, "none", 0, declared)
     keys = co.assign_keys(long, declared)
-    coll = co.collective_sequences(long)
-    p2p = co.p2p_rows(long)
-    del long  # the two tables above hold every row now (peak memory: docs/performance.md)
-    coll, obs, al = _align_collectives(coll, ranks, domain_of)
-    coll, desyncs, changed = ds.realign(coll, job, al.offset_of if al.status == "ok" else None)
+    coll, p2p = co.split_rows(long)  # empties `long`: the rows are held once from here on
+    obs, al = _align_collectives(coll, ranks, domain_of)
+    desyncs, changed = ds.realign_columns(coll, job, al.offset_of if al.status == "ok" else None)
     if changed:  # a rank lacked (or added) collectives: match and align again on the corrected order
-        coll, obs, al = _align_collectives(coll, ranks, domain_of)
+        obs, al = _align_collectives(coll, ranks, domain_of)
 
     if len(p2p):
         size2 = {k: m for k, m in keys.members.items() if len(m) == 2}
@@ -105,44 +103,99 @@ def _analyse(job: Job, gpus_per_node: Optional[int]) -> CrossRank:
             aend = p2p.loc[unl, "end"].to_numpy() + al.shift(p2p.loc[unl, "rank"].to_numpy())
             found = co.peers_by_end(p2p[unl], aend, int(tol))
             p2p.loc[unl, "peer"] = found
-    # ---- members on the aligned clock ---------------------------------------------------------------
-    keep = ["iid", "rank", "start", "end", "op", "nelems", "dtype", "process_group", "kind", "seq", "src", "dst",
-            "step", "stream"]
+    del obs
     first_compute = first_compute_shares(coll)
-    n_iid = int(coll["obs"].max() + 1) if len(coll) else 0
-    coll["kind"], coll["src"], coll["dst"], coll["iid"] = "collective", -1, -1, coll["obs"]
-    parts = [coll[keep]]
-    del coll
     expected = {("collective", k): m for k, m in keys.members.items()}
     unmatched = 0
+    pr = None
     if len(p2p):
         pr = co.pair_by_order(p2p)
         unmatched += int((p2p["peer"] < 0).sum())
-        pk = pd.factorize(pd.MultiIndex.from_arrays([pr["process_group"], pr["src"], pr["dst"], pr["seq"]]))[0]
-        pr = pr.assign(kind="p2p", iid=pk + n_iid)
-        parts.append(pr.reindex(columns=keep))
         for k in pr["process_group"].unique():
             expected[("p2p", k)] = [0, 1]
-        del pr
-    mem = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
-    del parts
-    shift = al.shift(mem["rank"].to_numpy())
-    mem["start"] = mem["start"].to_numpy() + shift
-    mem["end"] = mem["end"].to_numpy() + shift
-    mem = mem.sort_values(["iid", "rank"], kind="stable", ignore_index=True)  # the unsorted rows go now
-    inst, members = co.instance_frame(mem, hosts.rank_to_host if hosts.known else {}, expected, owned=True)
+    del p2p
+    mem = _member_rows(coll, pr, al)  # empties `coll`
+    del pr
+    inst, members = co.instance_frames(mem, hosts.rank_to_host if hosts.known else {}, expected)
     del mem
     unmatched += int((~inst["complete"]).sum())
     return CrossRank(hosts, al, inst, members, expected, keys.method, unmatched, declared, desyncs,
                      first_compute)
 
 
-def _align_collectives(coll: pd.DataFrame, ranks: list[int], domain_of: dict) -> tuple:
-    """Observation ids per (group, seq), the observations and the clock offsets they give."""
-    coll_key = pd.MultiIndex.from_arrays([coll["process_group"], coll["seq"]])
-    coll["obs"] = pd.factorize(coll_key)[0]  # the caller's own table: a copy of every row is not needed
-    obs = coll[["obs", "rank", "end"]].rename(columns={"end": "t"})
-    return coll, obs, al_mod.estimate(obs, ranks, domain_of)
+#: The member table's columns before its waits and durations are added (docs/cross-rank.md).
+MEMBER_COLUMNS = ["iid", "rank", "start", "end", "op", "nelems", "dtype", "process_group", "kind", "seq", "src",
+                  "dst", "step", "stream"]
+
+
+def _member_rows(coll: dict, pr: Optional[pd.DataFrame], al: al_mod.Alignment) -> pd.DataFrame:
+    """Collective rows (instance = their observation id) and send/recv pairs (ids after them) on the aligned
+    clock, sorted by (instance, rank). Consumes ``coll``: each column is dropped once copied."""
+    n_coll = len(coll["rank"])
+    n_iid = int(coll["obs"].max() + 1) if n_coll else 0
+    coll["iid"] = coll.pop("obs")
+    coll["kind"] = np.full(n_coll, "collective", dtype=object)
+    coll["src"] = coll["dst"] = np.full(n_coll, -1, np.int64)
+    if pr is not None:
+        pk = pd.factorize(pd.MultiIndex.from_arrays([pr["process_group"], pr["src"], pr["dst"], pr["seq"]]))[0]
+        pr = pr.assign(kind="p2p", iid=pk + n_iid).reindex(columns=MEMBER_COLUMNS)
+    def column(k: str) -> np.ndarray:
+        a = coll.pop(k)
+        return a if pr is None else np.concatenate([a, pr[k].to_numpy()])
+    iid, rank = column("iid"), column("rank")
+    order = np.lexsort((rank, iid))  # stable: a stable sort by (iid, rank)
+    shift = al.shift(rank)
+    out: dict[str, np.ndarray] = {"iid": iid[order], "rank": rank[order]}
+    del iid
+    for k in MEMBER_COLUMNS[2:]:
+        v = column(k)
+        if k in ("start", "end"):
+            v = v + shift
+        out[k] = v[order]
+        del v
+    coll.clear()
+    return pd.DataFrame(out, copy=False)
+
+
+def _align_collectives(coll: dict, ranks: list[int], domain_of: dict) -> tuple:
+    """Observation ids per (group, seq) set in ``coll["obs"]``; the observations (a sample past ALIGN_ROWS) and
+    the clock offsets they give."""
+    gcode, _ = pd.factorize(coll["process_group"])
+    seq = coll["seq"]
+    span = int(seq.max()) + 1 if len(seq) else 1
+    if len(gcode) and (int(gcode.max()) + 1) * span < (1 << 62):
+        coll["obs"] = pd.factorize(gcode.astype(np.int64) * span + seq)[0]  # first-appearance order, as below
+    else:
+        coll["obs"] = pd.factorize(pd.MultiIndex.from_arrays([coll["process_group"], seq]))[0]
+    keep = alignment_sample(gcode, seq)
+    pick = (lambda a: a) if keep is None else (lambda a: a[keep])
+    obs = pd.DataFrame({"obs": pick(coll["obs"]), "rank": pick(coll["rank"]), "t": pick(coll["end"])})
+    return obs, al_mod.estimate(obs, ranks, domain_of)
+
+
+#: Clock alignment reads at most about this many collective rows: past it, a sample of instances spread evenly
+#: over each group's sequence (offsets are medians over the instances; a quarter million rows pin them as well
+#: as every row does, and the alignment's memory stays bounded at any job size).
+ALIGN_ROWS = 1 << 18
+#: A sampled group keeps at least this many of its instances (a small group may be the only link between hosts).
+ALIGN_MIN_INSTANCES = 64
+
+
+def alignment_sample(gcode: np.ndarray, seq: np.ndarray, budget: Optional[int] = None) -> Optional[np.ndarray]:
+    """Rows whose instances the clock alignment uses (None: all). Per group every k-th sequence number, k set so
+    the group keeps its share of ``budget`` rows and at least ALIGN_MIN_INSTANCES instances; extra collectives
+    (sequence numbers past desync.EXTRA_SEQ) join no instance and are left out."""
+    n = len(seq)
+    budget = ALIGN_ROWS if budget is None else budget
+    if n <= budget:
+        return None
+    normal = seq < ds.EXTRA_SEQ
+    groups = int(gcode.max()) + 1
+    n_inst = np.zeros(groups, np.int64)
+    np.maximum.at(n_inst, gcode[normal], seq[normal] + 1)
+    want = np.maximum(np.minimum(n_inst, ALIGN_MIN_INSTANCES), np.ceil(n_inst * (budget / n)).astype(np.int64))
+    stride = np.maximum(1, n_inst // np.maximum(want, 1))
+    return normal & (seq % stride[gcode] == 0)
 
 
 def group_order(name: object) -> tuple:
@@ -222,15 +275,22 @@ def _first_positions(job: Job, cr: CrossRank) -> dict:
     return dict(cr.first_compute)
 
 
-def first_compute_shares(coll: pd.DataFrame) -> dict:
-    """Median over (rank, step) of the least ``compute_before`` per (group, rank, step), by group (NaN dropped)."""
-    if "compute_before" not in coll or not len(coll):
+def first_compute_shares(coll: Any) -> dict:
+    """Median over (rank, step) of the least ``compute_before`` per (group, rank, step), by group (NaN dropped).
+
+    ``coll``: a DataFrame or a dict of columns (section.py's)."""
+    if "compute_before" not in coll or not len(coll["rank"]):
         return {}
-    c = coll[coll["step"] >= 0]
-    if not len(c):
+    step = np.asarray(coll["step"])
+    inside = step >= 0
+    if not inside.any():
         return {}
-    first = c.groupby(["process_group", "rank", "step"])["compute_before"].min().reset_index()
-    return first.groupby("process_group")["compute_before"].median().dropna().to_dict()
+    gcode, names = pd.factorize(np.asarray(coll["process_group"])[inside], sort=True)
+    c = pd.DataFrame({"g": gcode, "rank": np.asarray(coll["rank"])[inside], "step": step[inside],
+                      "compute_before": np.asarray(coll["compute_before"])[inside]})
+    first = c.groupby(["g", "rank", "step"])["compute_before"].min().reset_index()
+    med = first.groupby("g")["compute_before"].median().dropna()
+    return {names[g]: float(v) for g, v in med.items()}
 
 
 def _link_evidence(job: Job) -> lk.LinkEvidence:

@@ -247,6 +247,33 @@ def concat(parts: Iterable[Optional[Packed]], **extra: np.ndarray) -> Optional[p
     return df
 
 
+def concat_columns(parts: Sequence[Optional[Packed]], names: Sequence[str],
+                   missing: str = "") -> Optional[dict[str, np.ndarray]]:
+    """Only the columns ``names`` of many ranks' packed tables, joined column by column (no table of every
+    column is built): numbers as stored, strings as the pool's objects with ``missing`` where absent. None when
+    the tables do not share one schema and one pool (the caller then joins them with :func:`concat`)."""
+    parts = [p for p in parts if p is not None]
+    if not parts:
+        return None
+    schema, pool = parts[0].schema, parts[0].strings
+    if not isinstance(pool, StringPool) or any(p.schema != schema or p.strings is not pool for p in parts):
+        return None
+    kinds = {n: k for n, k, _ in schema}
+    out: dict[str, np.ndarray] = {}
+    table = None
+    for name in names:
+        if name not in kinds:
+            raise KeyError(name)
+        col = np.concatenate([p.rows[name] for p in parts]) if len(parts) > 1 else np.array(parts[0].rows[name])
+        if not kinds[name]:
+            out[name] = col
+            continue
+        if table is None:
+            table = np.append(pool.array(), np.array([missing], dtype=object))  # code −1 → the last slot
+        out[name] = table[col]
+    return out
+
+
 def lengths(parts: Sequence[Optional[Packed]]) -> np.ndarray:
     """Row count of each table (0 for None)."""
     return np.array([0 if p is None else len(p) for p in parts], dtype=np.int64)

@@ -1,0 +1,100 @@
+"""The cross-rank stage in bounded pieces (docs/scale.md): instance partitions give the same tables as one pass,
+and clock alignment on a sample of instances still finds the simulator's true offsets."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analyzer.cross_rank import collectives as co
+from analyzer.cross_rank import section as sec
+from analyzer.cross_rank.desync import EXTRA_SEQ, _all_agree
+from analyzer.load.job import load_job
+
+ROOT = Path(__file__).resolve().parent.parent
+SIM = ROOT / "fixtures" / "sim"
+SCENARIOS = sorted(p.parent.name for p in SIM.glob("*/expected.json") if list(p.parent.glob("rank*.pt.trace.json*")))
+#: real CPU runs: send/recv pairs of two pipeline schedules, FSDP's all-gathers and reduce-scatters
+REAL = [ROOT / "fixtures" / "real-cpu" / "pp-1f1b", ROOT / "fixtures" / "real-cpu-pipes" / "pp4-m12-loopedbfs-medium8",
+        ROOT / "fixtures" / "real-cpu-perf" / "fsdp4-clean-medium"]
+
+
+def _analyse(folder: Path):
+    job = load_job([folder], jobs=1)
+    return job, sec._analyse(job, None)
+
+
+@pytest.mark.parametrize("folder", [SIM / n for n in SCENARIOS] + REAL,
+                         ids=lambda p: p.name)
+def test_instance_partitions_equal_one_pass(folder, monkeypatch):
+    _, whole = _analyse(folder)
+    n = len(whole.members)
+    if n < 4:
+        pytest.skip("too few member rows to partition")
+    monkeypatch.setattr(co, "PARTITION_ROWS", max(1, n // 7))
+    _, parted = _analyse(folder)
+    pd.testing.assert_frame_equal(parted.instances, whole.instances)
+    pd.testing.assert_frame_equal(parted.members, whole.members)
+    assert parted.unmatched_rows == whole.unmatched_rows
+
+
+def test_partitions_cut_between_instances():
+    """Every partition holds whole instances: an instance's members are never split (its wait is latest − own)."""
+    m = pd.DataFrame({"iid": [0, 0, 0, 1, 1, 2, 2, 2, 2], "rank": [0, 1, 2, 0, 1, 0, 1, 2, 3],
+                      "start": [10, 30, 20, 100, 140, 200, 260, 210, 220], "end": [50, 50, 50, 150, 150, 300, 300,
+                                                                                 300, 300]})
+    for k in ("op", "dtype", "process_group", "kind"):
+        m[k] = {"op": "allreduce", "dtype": "float", "process_group": "0", "kind": "collective"}[k]
+    m["nelems"], m["seq"], m["src"], m["dst"], m["step"], m["stream"] = 4, m["iid"], -1, -1, 0, 7
+    inst, mem = co.instance_frames(m.copy(), {}, {}, partition_rows=2)
+    assert mem["wait_ns"].tolist() == [20, 0, 10, 40, 0, 60, 0, 50, 40]
+    assert inst["last_rank"].tolist() == [1, 1, 1]
+    assert inst["last_delay_ns"].tolist() == [10, 40, 40]
+    assert inst["n_members"].tolist() == [3, 2, 4]
+
+
+def test_alignment_sample_spreads_over_each_group():
+    # group 0: 100 instances of 4 rows; group 1: 10 instances of 2 rows; one extra collective
+    g = np.r_[np.zeros(400, np.int64), np.ones(20, np.int64), [1]]
+    seq = np.r_[np.tile(np.arange(100), 4), np.tile(np.arange(10), 2), [EXTRA_SEQ]]
+    assert sec.alignment_sample(g, seq, budget=len(seq)) is None  # within budget: every row
+    keep = sec.alignment_sample(g, seq, budget=100)
+    # group 0 keeps max(min(100, 64), ceil(100 * 100/421) = 24) = 64 instances → every 1st (stride 100 // 64 = 1)
+    assert keep[:400].all()
+    keep = sec.alignment_sample(np.r_[np.zeros(4000, np.int64)], np.tile(np.arange(1000), 4), budget=400)
+    # 1000 instances: want max(64, 100) = 100 → stride 10 → seq 0, 10, …, 990 on every rank
+    assert keep.sum() == 400 and set(np.tile(np.arange(1000), 4)[keep]) == set(range(0, 1000, 10))
+    keep = sec.alignment_sample(g, seq, budget=10)
+    assert not keep[-1]  # the extra collective joins no instance
+    assert keep[400:420].all()  # the small group keeps all its 10 (< 64) instances
+
+
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_sampled_alignment_finds_true_offsets(name, monkeypatch):
+    truth = json.loads((SIM / name / "expected.json").read_text())
+    true = {int(r): v for r, v in truth["clock_offsets_ns"].items()}
+    _, full = _analyse(SIM / name)
+    rows = int(full.alignment.offsets["n_matched"].sum())
+    monkeypatch.setattr(sec, "ALIGN_ROWS", max(8, rows // 5))
+    monkeypatch.setattr(sec, "ALIGN_MIN_INSTANCES", 3)  # the fewest instances a clock domain may align on
+    job, cr = _analyse(SIM / name)
+    al = cr.alignment
+    assert al.status == "ok", al.message
+    sampled = int(al.offsets["n_matched"].sum())
+    coll = full.instances[full.instances["kind"] == "collective"]
+    longest = int(coll.groupby("process_group").size().max())
+    # the alignment really read fewer rows, unless every group is too short to thin (< 2 × 3 instances)
+    assert sampled < rows or longest < 6, (sampled, rows, longest)
+    for r in job.ranks:
+        want = true[r] - true[al.reference_rank]
+        assert abs(al.offset_of[r] - want) <= 5_000, (r, al.offset_of[r], want)
+
+
+def test_all_agree():
+    assert _all_agree(np.array([0, 0, 1, 1]), np.array([3, 4, 3, 4]))
+    assert not _all_agree(np.array([0, 0, 1, 1]), np.array([3, 4, 4, 3]))  # order differs
+    assert not _all_agree(np.array([0, 0, 1]), np.array([3, 4, 3]))  # counts differ
+    assert not _all_agree(np.array([0, 0, 0, 1, 1, 2]), np.array([3, 3, 3, 3, 3, 3]))
