@@ -322,10 +322,10 @@ def _analyse_and_write(args: argparse.Namespace, thresholds: dict, engine: Any, 
 def _write_json(report: dict, path: str) -> int:
     """Write the JSON report to ``path``; EXIT_USAGE (said on stderr) when the file cannot be written. Its
     strings went through the sanitiser and JSON text cannot start a line with one, so no CI guard is needed."""
-    from analyzer.render.json_out import render_json_bytes
+    from analyzer.render.json_out import write_json
     try:
         with open(path, "wb") as fh:
-            fh.write(render_json_bytes(report))
+            write_json(report, fh)
     except OSError as exc:
         print(f"analyze: error: cannot write {_one_line(path)}: {_one_line(exc.strerror or exc)}", file=sys.stderr)
         return EXIT_USAGE

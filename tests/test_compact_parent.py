@@ -5,6 +5,7 @@ import math
 
 import numpy as np
 import pandas as pd
+import pytest
 
 import analyzer
 from analyzer.cross_rank.roles import role_times
@@ -67,3 +68,23 @@ def test_cli_json_file_is_the_rendered_report(tmp_path):
     with analyzer.load(JOB, jobs=1) as a:
         assert out.read_bytes() == a.render("json").encode()
     assert out.read_bytes().endswith(b"}\n")
+
+
+@pytest.mark.parametrize("doc", [
+    {},
+    {"a": [], "b": {}, "c": [{}], "d": ()},
+    {"x": {"y": {"z": {"deep": [1, 2, {"w": "v"}]}}}, "t": (1, "two", 3.5)},
+    {"s": "##[group]owned", "k##[": {"n": [["##[error]x"]], "u": "\ud800 lone"}, "big": 1 << 70},
+    {"f": [float("nan"), float("inf"), -0.0, 1e-300], "np": {"i": np.int64(7), "a": np.arange(3), "b": np.bool_(True)}},
+    [1, {"a": [2, [3, [4, {"b": "\n"}]]]}],
+    "top-level text",
+])
+def test_streamed_json_is_the_rendered_document(doc):
+    """`--output r.json` writes the document piece by piece: the same bytes as the whole, for hostile strings
+    (CI commands, lone surrogates, newlines), numpy values, huge integers, empty and nested containers."""
+    import io
+    from analyzer.render.json_out import render_json_bytes, write_json
+    buf = io.BytesIO()
+    n = write_json(doc, buf)
+    assert buf.getvalue() == render_json_bytes(doc) and n == len(buf.getvalue())
+    assert b"##[" not in buf.getvalue()

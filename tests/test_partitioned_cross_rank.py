@@ -98,3 +98,25 @@ def test_all_agree():
     assert not _all_agree(np.array([0, 0, 1, 1]), np.array([3, 4, 4, 3]))  # order differs
     assert not _all_agree(np.array([0, 0, 1]), np.array([3, 4, 3]))  # counts differ
     assert not _all_agree(np.array([0, 0, 0, 1, 1, 2]), np.array([3, 3, 3, 3, 3, 3]))
+
+
+@pytest.mark.parametrize("name", ["straggler_ddp", "tp_dp_clean", "tp_pp_dp_1f1b_straggler"])
+@pytest.mark.parametrize("by_group", [False, True])
+def test_exposed_partitions_equal_one_pass(name, by_group, monkeypatch):
+    from analyzer.cross_rank import stragglers as sg
+    job, cr = _analyse(SIM / name)
+    whole = sg.step_delays(job, cr.instances, cr.members, cr.alignment.offset_of, by_group=by_group)
+    monkeypatch.setattr(sg, "PARTITION_ROWS", 7)
+    parted = sg.step_delays(job, cr.instances, cr.members, cr.alignment.offset_of, by_group=by_group)
+    assert len(whole) and (whole["exposed_ns"] > 0).any()
+    pd.testing.assert_frame_equal(parted, whole)
+
+
+def test_merge_windows_unions_per_key():
+    from analyzer.cross_rank.stragglers import _merge_windows, _partition
+    df = pd.DataFrame({"member": [1, 0, 0, 0, 1, 0], "step": [0, 0, 0, 1, 0, 0],
+                       "lo": [5, 30, 10, 0, 1, 12], "hi": [8, 40, 20, 3, 6, 25]})
+    got = _merge_windows(df, ["member", "step"])
+    # member 0 step 0: [10,20) ∪ [12,25) = [10,25), then [30,40); step 1: [0,3); member 1: [1,6) ∪ [5,8) = [1,8)
+    assert got.values.tolist() == [[0, 0, 10, 25], [0, 0, 30, 40], [0, 1, 0, 3], [1, 0, 1, 8]]
+    assert _partition(np.array([3, 3, 3, 10, 1]), 6) == [0, 2, 3, 4, 5]

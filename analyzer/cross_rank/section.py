@@ -134,7 +134,8 @@ def _member_rows(coll: dict, pr: Optional[pd.DataFrame], al: al_mod.Alignment) -
     n_coll = len(coll["rank"])
     n_iid = int(coll["obs"].max() + 1) if n_coll else 0
     coll["iid"] = coll.pop("obs")
-    coll["kind"] = np.full(n_coll, "collective", dtype=object)
+    coll["kind"] = np.empty(n_coll, dtype=object)
+    coll["kind"][:] = "collective"  # one string object (np.full would make one per row from a numpy str)
     coll["src"] = coll["dst"] = np.full(n_coll, -1, np.int64)
     if pr is not None:
         pk = pd.factorize(pd.MultiIndex.from_arrays([pr["process_group"], pr["src"], pr["dst"], pr["seq"]]))[0]

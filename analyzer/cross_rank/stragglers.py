@@ -79,21 +79,29 @@ def link_difference(nccl_logs: list, rank: int) -> Optional[str]:
 def per_rank_stats(inst: pd.DataFrame, members: pd.DataFrame) -> pd.DataFrame:
     """rank, n_instances, times_last, pct_last, wait_imposed_ns, wait_suffered_ns, delay_caused_ns, mean_group."""
     ci = inst[(inst["kind"] == "collective") & (inst["n_members"] >= 2)]
-    cm = members[members["iid"].isin(ci["instance"])]
     counted = ci[ci["last_delay_ns"] > TIE_NS]
+    # the member rows of those instances as plain arrays (no copy of the member table: 10,000 ranks × thousands
+    # of collectives)
+    iid, rank_of = members["iid"].to_numpy(), members["rank"].to_numpy()
+    sel = np.flatnonzero(np.isin(iid, ci["instance"].to_numpy()))
+    c_rank = rank_of[sel]
+    by_rank = pd.Series(np.ones(len(sel), np.int64)).groupby(c_rank)
     ranks = np.sort(members["rank"].unique()) if len(members) else np.empty(0, np.int64)
     out = pd.DataFrame({"rank": ranks})
-    out["n_instances"] = out["rank"].map(cm.groupby("rank").size()).fillna(0).astype(np.int64)
+    out["n_instances"] = out["rank"].map(by_rank.size()).fillna(0).astype(np.int64)
     out["times_last"] = out["rank"].map(counted.groupby("last_rank").size()).fillna(0).astype(np.int64)
     # instances with a clear last arrival (ties — members queued behind one earlier transfer — tell nothing)
-    decided = cm[cm["iid"].isin(counted["instance"])]
-    out["n_decided"] = out["rank"].map(decided.groupby("rank").size()).fillna(0).astype(np.int64)
+    decided = c_rank[np.isin(iid[sel], counted["instance"].to_numpy())]
+    out["n_decided"] = out["rank"].map(pd.Series(decided).groupby(decided).size()).fillna(0).astype(np.int64)
     out["pct_last"] = np.where(out["n_decided"] > 0, out["times_last"] / out["n_decided"].clip(lower=1), 0.0)
     out["wait_imposed_ns"] = out["rank"].map(counted.groupby("last_rank")["total_wait_ns"].sum()).fillna(0)
     out["delay_caused_ns"] = out["rank"].map(counted.groupby("last_rank")["last_delay_ns"].sum()).fillna(0)
-    out["wait_suffered_ns"] = out["rank"].map(cm.groupby("rank")["wait_ns"].sum()).fillna(0)
-    gs = cm.merge(ci[["instance", "group_size"]], left_on="iid", right_on="instance")
-    out["mean_group"] = out["rank"].map(gs.groupby("rank")["group_size"].mean()).fillna(0)
+    out["wait_suffered_ns"] = out["rank"].map(pd.Series(members["wait_ns"].to_numpy()[sel]).groupby(c_rank)
+                                              .sum()).fillna(0)
+    ci_sorted = ci.sort_values("instance")
+    at = np.searchsorted(ci_sorted["instance"].to_numpy(), iid[sel])
+    size = pd.Series(ci_sorted["group_size"].to_numpy()[at]) if len(sel) else pd.Series([], dtype=np.int64)
+    out["mean_group"] = out["rank"].map(size.groupby(c_rank).mean()).fillna(0)
     return out.sort_values(["wait_imposed_ns", "times_last", "rank"], ascending=[False, False, True],
                            kind="stable").reset_index(drop=True)
 
@@ -170,13 +178,28 @@ def holdups(inst: pd.DataFrame) -> pd.DataFrame:
 
 
 def _merge_windows(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    """Union of the [lo, hi) windows within each key: one row per merged block (keys, lo, hi)."""
-    df = df.sort_values(keys + ["lo"], kind="stable").reset_index(drop=True)
-    run = df.groupby(keys, sort=False)["hi"].cummax()
-    prev = run.groupby([df[k] for k in keys], sort=False).shift()
-    block = (prev.isna() | (df["lo"] > prev)).cumsum()
-    agg = {k: (k, "first") for k in keys}
-    return df.assign(hi=run).groupby(block.to_numpy(), sort=False).agg(**agg, lo=("lo", "min"), hi=("hi", "max"))
+    """Union of the [lo, hi) windows within each key: one row per merged block (keys, lo, hi), blocks in
+    (keys, lo) order. One sort of plain arrays: no sorted copy of the table, no grouped aggregation."""
+    n = len(df)
+    cols = [df[k].to_numpy() for k in keys]
+    lo, hi = df["lo"].to_numpy(), df["hi"].to_numpy()
+    if not n:
+        return pd.DataFrame({**{k: c for k, c in zip(keys, cols)}, "lo": lo, "hi": hi})
+    codes = [pd.factorize(c, sort=True)[0] for c in cols]
+    order = np.lexsort([lo] + codes[::-1])  # by keys[0], keys[1], …, then lo (stable)
+    new = np.zeros(n, bool)
+    new[0] = True
+    for c in codes:
+        cs = c[order]
+        new[1:] |= cs[1:] != cs[:-1]
+    del codes
+    run = pd.Series(hi[order]).groupby(np.cumsum(new)).cummax().to_numpy()  # latest end so far, per key
+    lo_s = lo[order]
+    start = new
+    start[1:] |= lo_s[1:] > run[:-1]  # a window after everything before it in its key opens a block
+    first = np.flatnonzero(start)
+    last = np.append(first[1:], n) - 1
+    return pd.DataFrame({**{k: c[order[first]] for k, c in zip(keys, cols)}, "lo": lo_s[first], "hi": run[last]})
 
 
 def _exposed(job: Any, hold: pd.DataFrame, members: pd.DataFrame, offset_of: dict, keys: list[str]) -> pd.DataFrame:
@@ -193,12 +216,45 @@ def _exposed(job: Any, hold: pd.DataFrame, members: pd.DataFrame, offset_of: dic
     at, member = at[other], member[other]
     if not len(at):
         return pd.DataFrame({**{k: [] for k in keys}, "member": [], "exposed_ns": []})
-    ranks = np.unique(member)
+    ranks, per_rank = np.unique(member, return_counts=True)
     off = np.array([offset_of.get(int(r), 0) for r in ranks], dtype=np.int64)
+    # members in partitions of about PARTITION_ROWS rows (whole members: each one's windows are its own), so the
+    # window union's memory stays that of one partition however large the job
+    cuts = _partition(per_rank, PARTITION_ROWS)
+    parts = []
+    for a, b in zip(cuts[:-1], cuts[1:]):
+        sel = np.flatnonzero((member >= ranks[a]) & (member <= ranks[b - 1])) if b - a < len(ranks) else \
+            np.arange(len(member))
+        parts.append(_exposed_part(job, h, keys, at[sel], member[sel], ranks[a:b], off[a:b]))
+    return pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]  # rows by partition
+
+
+#: The exposure of hold-ups is worked out over partitions of about this many member rows (whole members).
+PARTITION_ROWS = 1 << 16
+
+
+def _partition(counts: np.ndarray, size: int) -> list[int]:
+    """Cut points over consecutive items with ``counts`` rows each: every part holds about ``size`` rows (at
+    least one item)."""
+    cuts, acc = [0], 0
+    for i, c in enumerate(counts):
+        if acc and acc + c > size:
+            cuts.append(i)
+            acc = 0
+        acc += int(c)
+    cuts.append(len(counts))
+    return cuts
+
+
+def _exposed_part(job: Any, h: pd.DataFrame, keys: list[str], at: np.ndarray, member: np.ndarray,
+                  ranks: np.ndarray, off: np.ndarray) -> pd.DataFrame:
+    """:func:`_exposed` for the members ``ranks`` (sorted; ``off``: their clock offsets) and their rows."""
     shift = off[np.searchsorted(ranks, member)]
     j = pd.DataFrame({**{k: h[k].to_numpy()[at] for k in keys}, "member": member,
                       "lo": h["lo"].to_numpy()[at] - shift, "hi": h["hi"].to_numpy()[at] - shift})
+    del shift
     blocks = _merge_windows(j, ["member"] + keys)
+    del j
     exposed = np.zeros(len(blocks), dtype=np.int64)
     bm = blocks["member"].to_numpy()
     lo, hi = blocks["lo"].to_numpy(), blocks["hi"].to_numpy()
