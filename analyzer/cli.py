@@ -325,7 +325,11 @@ def _write_json(report: dict, path: str) -> int:
     from analyzer.render.json_out import write_json
     try:
         with open(path, "wb") as fh:
-            write_json(report, fh)
+            try:
+                write_json(report, fh)
+            except BaseException:
+                fh.truncate(0)  # never a partial document a CI step could read as the report
+                raise
     except OSError as exc:
         print(f"analyze: error: cannot write {_one_line(path)}: {_one_line(exc.strerror or exc)}", file=sys.stderr)
         return EXIT_USAGE

@@ -88,3 +88,21 @@ def test_streamed_json_is_the_rendered_document(doc):
     n = write_json(doc, buf)
     assert buf.getvalue() == render_json_bytes(doc) and n == len(buf.getvalue())
     assert b"##[" not in buf.getvalue()
+
+
+@pytest.mark.parametrize("doc", [{"a": {1: "x"}}, {True: 1}, {"a": [{np.str_("k"): 1}]}])
+def test_streamed_json_refuses_keys_orjson_refuses(doc):
+    import io
+    from analyzer.render.json_out import render_json_bytes, write_json
+    with pytest.raises(TypeError):
+        render_json_bytes(doc)
+    with pytest.raises(TypeError):
+        write_json(doc, io.BytesIO())
+
+
+def test_cli_json_write_that_fails_leaves_no_partial_document(tmp_path):
+    from analyzer.cli import _write_json
+    out = tmp_path / "r.json"
+    with pytest.raises(TypeError):
+        _write_json({"ok": [1, 2, 3], "bad": {1: "x"}}, str(out))
+    assert out.read_bytes() == b""

@@ -50,6 +50,9 @@ def test_partitions_cut_between_instances():
         m[k] = {"op": "allreduce", "dtype": "float", "process_group": "0", "kind": "collective"}[k]
     m["nelems"], m["seq"], m["src"], m["dst"], m["step"], m["stream"] = 4, m["iid"], -1, -1, 0, 7
     inst, mem = co.instance_frames(m.copy(), {}, {}, partition_rows=2)
+    whole_inst, whole_mem = co.instance_frame(m.copy(), {}, {}, owned=True)
+    pd.testing.assert_frame_equal(inst, whole_inst)  # dtypes too: no empty last partition (the last instance
+    pd.testing.assert_frame_equal(mem, whole_mem)    # alone outgrows a partition here)
     assert mem["wait_ns"].tolist() == [20, 0, 10, 40, 0, 60, 0, 50, 40]
     assert inst["last_rank"].tolist() == [1, 1, 1]
     assert inst["last_delay_ns"].tolist() == [10, 40, 40]
@@ -94,10 +97,25 @@ def test_sampled_alignment_finds_true_offsets(name, monkeypatch):
 
 
 def test_all_agree():
-    assert _all_agree(np.array([0, 0, 1, 1]), np.array([3, 4, 3, 4]))
-    assert not _all_agree(np.array([0, 0, 1, 1]), np.array([3, 4, 4, 3]))  # order differs
-    assert not _all_agree(np.array([0, 0, 1]), np.array([3, 4, 3]))  # counts differ
-    assert not _all_agree(np.array([0, 0, 0, 1, 1, 2]), np.array([3, 3, 3, 3, 3, 3]))
+    a = np.array
+    assert _all_agree(a([0, 0, 1, 1]), a([0, 1, 0, 1]), a([3, 4, 3, 4]))
+    assert not _all_agree(a([0, 0, 1, 1]), a([0, 1, 0, 1]), a([3, 4, 4, 3]))  # order differs
+    assert not _all_agree(a([0, 0, 1]), a([0, 1, 0]), a([3, 4, 3]))  # counts differ
+    assert not _all_agree(a([0, 0, 0, 1, 1, 2]), a([0, 1, 2, 0, 1, 0]), a([3, 3, 3, 3, 3, 3]))
+    # rows in any order: judged by (rank, seq)
+    assert _all_agree(a([1, 0, 1, 0]), a([1, 0, 0, 1]), a([4, 3, 3, 4]))
+    assert not _all_agree(a([0, 0, 1, 1, 0, 0]), a([0, 1, 0, 1, 2, 3]), np.zeros(6, int))
+
+
+def test_realign_does_not_depend_on_row_order():
+    from analyzer.cross_rank.desync import realign
+    rows = pd.DataFrame({"rank": [0, 0, 1, 1, 0, 0], "seq": [0, 1, 0, 1, 2, 3], "op": ["allreduce"] * 6,
+                         "nelems": [8] * 6, "start": [0, 10, 0, 10, 20, 30], "end": [5, 15, 5, 15, 25, 35],
+                         "step": [-1] * 6, "process_group": ["0"] * 6})
+    shuffled = realign(rows, None)
+    ordered = realign(rows.sort_values(["rank", "seq"]).reset_index(drop=True), None)
+    assert shuffled[2] is True and ordered[2] is True  # rank 1 lacks two of rank 0's four: realigned
+    assert sorted(shuffled[0]["seq"].tolist()) == sorted(ordered[0]["seq"].tolist())
 
 
 @pytest.mark.parametrize("name", ["straggler_ddp", "tp_dp_clean", "tp_pp_dp_1f1b_straggler"])
@@ -120,3 +138,36 @@ def test_merge_windows_unions_per_key():
     # member 0 step 0: [10,20) ∪ [12,25) = [10,25), then [30,40); step 1: [0,3); member 1: [1,6) ∪ [5,8) = [1,8)
     assert got.values.tolist() == [[0, 0, 10, 25], [0, 0, 30, 40], [0, 1, 0, 3], [1, 0, 1, 8]]
     assert _partition(np.array([3, 3, 3, 10, 1]), 6) == [0, 2, 3, 4, 5]
+
+
+def _short_rank_job():
+    """Ranks 0–3 (one clock each) ran 1000 all-reduces of group 0; rank 4 crashed after 10."""
+    rank = np.r_[np.repeat(np.arange(4), 1000), np.full(10, 4)]
+    seq = np.r_[np.tile(np.arange(1000), 4), np.arange(10)]
+    offset = np.array([0, 7_000, -3_000, 12_000, 50_000])  # local = true − offset
+    end = seq * 1_000_000 + 500_000 - offset[rank]
+    coll = {"process_group": np.full(len(rank), "0", dtype=object), "seq": seq, "rank": rank, "end": end}
+    return coll, list(range(5)), {r: f"rank{r}" for r in range(5)}, offset
+
+
+def test_sample_keeps_the_instances_of_a_rank_that_stopped_early(monkeypatch):
+    coll, ranks, domain_of, offset = _short_rank_job()
+    keep = sec.alignment_sample(np.zeros(len(coll["seq"]), np.int64), coll["seq"], coll["rank"], budget=300)
+    assert keep.sum() < len(keep) and keep[coll["rank"] == 4].all()  # all 10 of rank 4's, a sample of the rest
+    monkeypatch.setattr(sec, "ALIGN_ROWS", 300)
+    obs, al = sec._align_collectives(coll, ranks, domain_of)
+    assert al.status == "ok" and "sampled" in al.message and len(obs) < len(coll["seq"])
+    assert al.offset_of == {r: int(offset[r]) for r in ranks}
+
+
+def test_a_sample_that_leaves_a_clock_short_falls_back_to_every_row(monkeypatch):
+    coll, ranks, domain_of, offset = _short_rank_job()
+    monkeypatch.setattr(sec, "ALIGN_ROWS", 300)
+    monkeypatch.setattr(sec, "alignment_sample", lambda g, s, r=None, budget=None: r != 4)  # drops rank 4
+    seen = []
+    estimate = sec.al_mod.estimate
+    monkeypatch.setattr(sec.al_mod, "estimate", lambda obs, *a, **k: seen.append(estimate(obs, *a, **k)) or seen[-1])
+    obs, al = sec._align_collectives(coll, ranks, domain_of)
+    assert seen[0].status == "refused" and seen[0].weak_domains == ["rank4"]  # the sample's verdict
+    assert al.status == "ok" and len(obs) == len(coll["seq"])
+    assert al.offset_of == {r: int(offset[r]) for r in ranks}

@@ -32,6 +32,8 @@ class Alignment:
     reference_rank: Optional[int]
     offsets: pd.DataFrame            # rank, domain, offset_ns, residual_ns, n_matched
     offset_of: dict[int, int] = field(default_factory=dict)
+    #: refused because these domains shared too few instances with the others (more instances could help)
+    weak_domains: list = field(default_factory=list)
 
     def shift(self, ranks: np.ndarray) -> np.ndarray:
         """Offset (ns) of each rank in ``ranks`` (0 for unknown ranks)."""
@@ -95,9 +97,11 @@ def estimate(obs: pd.DataFrame, ranks: list[int], domain_of: dict[int, str],
     weak = [d for i, d in enumerate(doms) if i != ref and (not reached[i] or n_obs[i] < MIN_MATCHED)]
     if weak:
         shown = ", ".join(weak[:8]) + (" …" if len(weak) > 8 else "")
-        return zero_alignment(ranks, domain_of, "refused",
-                              f"too few {what} matched to align {len(weak)} clock domain(s) ({shown}); need "
-                              f"{MIN_MATCHED} instances shared with the others; raw clocks used")
+        al = zero_alignment(ranks, domain_of, "refused",
+                            f"too few {what} matched to align {len(weak)} clock domain(s) ({shown}); need "
+                            f"{MIN_MATCHED} instances shared with the others; raw clocks used")
+        al.weak_domains = weak
+        return al
     off_ns = np.rint(offsets).astype(np.int64)
     per_rank = {r: int(off_ns[dcode[domain_of[r]]]) for r in ranks}
     df = pd.DataFrame({"rank": ranks, "domain": [domain_of[r] for r in ranks],

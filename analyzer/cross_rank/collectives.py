@@ -362,7 +362,8 @@ def instance_frames(m: pd.DataFrame, hosts_of: dict[int, str], expected: dict,
         at = iid[cuts[-1] + partition_rows]
         c = int(np.searchsorted(iid, at, "left"))
         cuts.append(c if c > cuts[-1] else int(np.searchsorted(iid, at, "right")))
-    cuts.append(n)
+    if cuts[-1] < n:  # (the last cut is n already when the last instance alone outgrew a partition)
+        cuts.append(n)
     wait, dur = np.empty(n, np.int64), np.empty(n, np.int64)
     parts = []
     for a, b in zip(cuts[:-1], cuts[1:]):

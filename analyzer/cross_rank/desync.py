@@ -155,7 +155,7 @@ def realign_columns(coll: dict, job: Any, offset_of: Optional[dict] = None) -> t
     for g, pg in enumerate(names):
         idx = order[bounds[g]:bounds[g + 1]]
         rank = coll["rank"][idx]
-        if len(idx) < 2 or (rank == rank[0]).all() or _all_agree(rank, opcode[idx]):
+        if len(idx) < 2 or (rank == rank[0]).all() or _all_agree(rank, coll["seq"][idx], opcode[idx]):
             continue
         sub = pd.DataFrame({k: coll[k][idx] for k in _COLUMNS if k != "process_group"}, index=idx)
         sub["seq"] = seqs[idx]
@@ -170,9 +170,12 @@ def realign_columns(coll: dict, job: Any, offset_of: Optional[dict] = None) -> t
     return found, changed
 
 
-def _all_agree(rank: np.ndarray, ops: np.ndarray) -> bool:
-    """Whether every rank of a group ran one sequence of ops (rows rank by rank, each in sequence order): the
-    common case, decided without building the group's table."""
+def _all_agree(rank: np.ndarray, seq: np.ndarray, ops: np.ndarray) -> bool:
+    """Whether every rank of a group ran one sequence of ops: the common case, decided without building the
+    group's table (one reshape when the rows come rank by rank in sequence order, as section.py's do)."""
+    if len(rank) > 1 and ((rank[1:] < rank[:-1]).any() or ((rank[1:] == rank[:-1]) & (seq[1:] < seq[:-1])).any()):
+        order = np.lexsort((seq, rank))
+        rank, ops = rank[order], ops[order]
     starts = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1]])
     n = len(rank) // len(starts)
     if n * len(starts) != len(rank) or (np.diff(np.r_[starts, len(rank)]) != n).any():

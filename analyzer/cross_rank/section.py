@@ -135,7 +135,8 @@ def _member_rows(coll: dict, pr: Optional[pd.DataFrame], al: al_mod.Alignment) -
     n_iid = int(coll["obs"].max() + 1) if n_coll else 0
     coll["iid"] = coll.pop("obs")
     coll["kind"] = np.empty(n_coll, dtype=object)
-    coll["kind"][:] = "collective"  # one string object (np.full would make one per row from a numpy str)
+    coll["kind"][:] = "collective"  # one string object for every row (np.full makes one per row from a numpy
+    # str; the DataFrame's "str" column keeps the objects it is given)
     coll["src"] = coll["dst"] = np.full(n_coll, -1, np.int64)
     if pr is not None:
         pk = pd.factorize(pd.MultiIndex.from_arrays([pr["process_group"], pr["src"], pr["dst"], pr["seq"]]))[0]
@@ -168,24 +169,35 @@ def _align_collectives(coll: dict, ranks: list[int], domain_of: dict) -> tuple:
         coll["obs"] = pd.factorize(gcode.astype(np.int64) * span + seq)[0]  # first-appearance order, as below
     else:
         coll["obs"] = pd.factorize(pd.MultiIndex.from_arrays([coll["process_group"], seq]))[0]
-    keep = alignment_sample(gcode, seq)
-    pick = (lambda a: a) if keep is None else (lambda a: a[keep])
-    obs = pd.DataFrame({"obs": pick(coll["obs"]), "rank": pick(coll["rank"]), "t": pick(coll["end"])})
+    keep = alignment_sample(gcode, seq, coll["rank"])
+    if keep is not None:
+        obs = pd.DataFrame({"obs": coll["obs"][keep], "rank": coll["rank"][keep], "t": coll["end"][keep]})
+        al = al_mod.estimate(obs, ranks, domain_of, what="collectives sampled from every group")
+        if not al.weak_domains:  # aligned, or refused for want of any link every row would lack too
+            return obs, al
+        del obs  # the sample left a clock short of instances that every row may still give it
+    obs = pd.DataFrame({"obs": coll["obs"], "rank": coll["rank"], "t": coll["end"]})
     return obs, al_mod.estimate(obs, ranks, domain_of)
 
 
-#: Clock alignment reads at most about this many collective rows: past it, a sample of instances spread evenly
+#: Clock alignment reads about this many collective rows at most: past it, a sample of instances spread evenly
 #: over each group's sequence (offsets are medians over the instances; a quarter million rows pin them as well
 #: as every row does, and the alignment's memory stays bounded at any job size).
 ALIGN_ROWS = 1 << 18
-#: A sampled group keeps at least this many of its instances (a small group may be the only link between hosts).
+#: A sampled group keeps at least this many of its instances (a small group may be the only link between hosts),
+#: and a group with a member that recorded fewer than this many strides keeps its first this-many instances
+#: whole (a rank that crashed or was cut off early has only its first collectives).
 ALIGN_MIN_INSTANCES = 64
 
 
-def alignment_sample(gcode: np.ndarray, seq: np.ndarray, budget: Optional[int] = None) -> Optional[np.ndarray]:
-    """Rows whose instances the clock alignment uses (None: all). Per group every k-th sequence number, k set so
-    the group keeps its share of ``budget`` rows and at least ALIGN_MIN_INSTANCES instances; extra collectives
-    (sequence numbers past desync.EXTRA_SEQ) join no instance and are left out."""
+def alignment_sample(gcode: np.ndarray, seq: np.ndarray, rank: Optional[np.ndarray] = None,
+                     budget: Optional[int] = None) -> Optional[np.ndarray]:
+    """Rows whose instances the clock alignment uses (None: all, within ``budget``, default ALIGN_ROWS). Per
+    group every k-th sequence number, k set so the group keeps its share of the budget (up to twice it) and at
+    least ALIGN_MIN_INSTANCES instances; where a member (``rank``) has fewer than ALIGN_MIN_INSTANCES × k
+    collectives in the group, its first ALIGN_MIN_INSTANCES instances too. Extra collectives (sequence numbers
+    past desync.EXTRA_SEQ, at no position of the group's consensus) are left out. A sample that leaves a clock
+    short is not the last word: the caller aligns on every row then."""
     n = len(seq)
     budget = ALIGN_ROWS if budget is None else budget
     if n <= budget:
@@ -196,7 +208,18 @@ def alignment_sample(gcode: np.ndarray, seq: np.ndarray, budget: Optional[int] =
     np.maximum.at(n_inst, gcode[normal], seq[normal] + 1)
     want = np.maximum(np.minimum(n_inst, ALIGN_MIN_INSTANCES), np.ceil(n_inst * (budget / n)).astype(np.int64))
     stride = np.maximum(1, n_inst // np.maximum(want, 1))
-    return normal & (seq % stride[gcode] == 0)
+    keep = normal & (seq % stride[gcode] == 0)
+    if rank is not None:
+        # (group, rank) row counts: a member short of ALIGN_MIN_INSTANCES strides makes its group keep its head
+        span = int(rank.max()) + 1
+        pair, count = np.unique(gcode[normal].astype(np.int64) * span + rank[normal], return_counts=True)
+        g = pair // span
+        thin = np.zeros(groups, bool)
+        thin[g[count < ALIGN_MIN_INSTANCES * stride[g]]] = True
+        thin &= stride > 1
+        if thin.any():
+            keep |= normal & thin[gcode] & (seq < ALIGN_MIN_INSTANCES)
+    return keep
 
 
 def group_order(name: object) -> tuple:

@@ -221,10 +221,11 @@ def _exposed(job: Any, hold: pd.DataFrame, members: pd.DataFrame, offset_of: dic
     # members in partitions of about PARTITION_ROWS rows (whole members: each one's windows are its own), so the
     # window union's memory stays that of one partition however large the job
     cuts = _partition(per_rank, PARTITION_ROWS)
+    by_member = np.argsort(member, kind="stable") if len(cuts) > 2 else np.arange(len(member))
+    row_cut = np.append(0, np.cumsum(per_rank))
     parts = []
     for a, b in zip(cuts[:-1], cuts[1:]):
-        sel = np.flatnonzero((member >= ranks[a]) & (member <= ranks[b - 1])) if b - a < len(ranks) else \
-            np.arange(len(member))
+        sel = by_member[row_cut[a]:row_cut[b]]
         parts.append(_exposed_part(job, h, keys, at[sel], member[sel], ranks[a:b], off[a:b]))
     return pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]  # rows by partition
 
@@ -263,7 +264,7 @@ def _exposed_part(job: Any, h: pd.DataFrame, keys: list[str], at: np.ndarray, me
     bounds = np.append(first, len(bm))
     sels = {int(r): by_member[bounds[i]:bounds[i + 1]] for i, r in enumerate(members_sorted)
             if int(r) in job.traces}
-    # measured where each rank was parsed (one engine call; a rank's compute set never comes here)
+    # measured where each rank was parsed (one engine call per partition; a rank's compute set never comes here)
     inside = ask_ranks(job, compute_inside, {r: (lo[sel], hi[sel]) for r, sel in sels.items()})
     for r, sel in sels.items():  # each member's compute on its own clock (measured where the rank is)
         got = inside.get(r)

@@ -48,6 +48,8 @@ def _pieces(obj: Any, depth: int) -> Iterator[bytes]:
         pad = b"\n" + b"  " * (depth + 1)
         sep = b"{" + pad
         for k, v in obj.items():
+            if type(k) is not str:  # orjson's rule for keys (the whole-document render raises the same)
+                raise TypeError(f"Dict key must be str, not {type(k).__name__}")
             yield sep + sanitize.dumps_bytes(k, option=_PIECE) + b": "
             yield from _pieces(v, depth + 1)
             sep = b"," + pad
