@@ -171,3 +171,24 @@ def test_a_sample_that_leaves_a_clock_short_falls_back_to_every_row(monkeypatch)
     assert seen[0].status == "refused" and seen[0].weak_domains == ["rank4"]  # the sample's verdict
     assert al.status == "ok" and len(obs) == len(coll["seq"])
     assert al.offset_of == {r: int(offset[r]) for r in ranks}
+
+
+@pytest.mark.parametrize("folder", [SIM / "tp_pp_dp_1f1b_straggler", SIM / "ddp_clean_old_format"] + REAL,
+                         ids=lambda p: p.name)
+def test_split_rows_is_the_table_path(folder):
+    """The column path (gather_columns → split_rows) gives the rows, order and sequence numbers of the
+    DataFrame path (gather → collective_sequences / p2p_rows) that tests and notebooks use."""
+    from analyzer.cross_rank.topology import declared_groups
+    job = load_job([folder], jobs=1)
+    declared = declared_groups(job)
+    long = co.gather(job)
+    co.assign_keys(long, declared)
+    want_coll, want_p2p = co.collective_sequences(long), co.p2p_rows(long)
+    cols = co.gather_columns(job)
+    co.assign_keys(cols, declared)
+    coll, p2p = co.split_rows(cols)
+    assert not cols  # consumed
+    got = pd.DataFrame(coll)
+    want = want_coll[list(coll)].reset_index(drop=True)
+    pd.testing.assert_frame_equal(got, want, check_dtype=False)
+    pd.testing.assert_frame_equal(p2p.reset_index(drop=True), want_p2p.reset_index(drop=True), check_dtype=False)
