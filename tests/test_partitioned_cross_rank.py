@@ -3,6 +3,7 @@ and clock alignment on a sample of instances still finds the simulator's true of
 from __future__ import annotations
 
 import json
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -22,15 +23,27 @@ REAL = [ROOT / "fixtures" / "real-cpu" / "pp-1f1b", ROOT / "fixtures" / "real-cp
         ROOT / "fixtures" / "real-cpu-perf" / "fsdp4-clean-medium"]
 
 
+@lru_cache(maxsize=None)
+def _job(folder: Path):
+    return load_job([folder], jobs=1)
+
+
 def _analyse(folder: Path):
-    job = load_job([folder], jobs=1)
+    """The job (loaded once per folder) and a fresh cross-rank analysis under the module constants now set."""
+    job = _job(folder)
     return job, sec._analyse(job, None)
+
+
+@lru_cache(maxsize=None)
+def _whole(folder: Path):
+    """One pass with the default constants (read-only: shared by the tests)."""
+    return _analyse(folder)
 
 
 @pytest.mark.parametrize("folder", [SIM / n for n in SCENARIOS] + REAL,
                          ids=lambda p: p.name)
 def test_instance_partitions_equal_one_pass(folder, monkeypatch):
-    _, whole = _analyse(folder)
+    _, whole = _whole(folder)
     n = len(whole.members)
     if n < 4:
         pytest.skip("too few member rows to partition")
@@ -79,7 +92,7 @@ def test_alignment_sample_spreads_over_each_group():
 def test_sampled_alignment_finds_true_offsets(name, monkeypatch):
     truth = json.loads((SIM / name / "expected.json").read_text())
     true = {int(r): v for r, v in truth["clock_offsets_ns"].items()}
-    _, full = _analyse(SIM / name)
+    _, full = _whole(SIM / name)
     rows = int(full.alignment.offsets["n_matched"].sum())
     monkeypatch.setattr(sec, "ALIGN_ROWS", max(8, rows // 5))
     monkeypatch.setattr(sec, "ALIGN_MIN_INSTANCES", 3)  # the fewest instances a clock domain may align on
@@ -122,7 +135,7 @@ def test_realign_does_not_depend_on_row_order():
 @pytest.mark.parametrize("by_group", [False, True])
 def test_exposed_partitions_equal_one_pass(name, by_group, monkeypatch):
     from analyzer.cross_rank import stragglers as sg
-    job, cr = _analyse(SIM / name)
+    job, cr = _whole(SIM / name)
     whole = sg.step_delays(job, cr.instances, cr.members, cr.alignment.offset_of, by_group=by_group)
     monkeypatch.setattr(sg, "PARTITION_ROWS", 7)
     parted = sg.step_delays(job, cr.instances, cr.members, cr.alignment.offset_of, by_group=by_group)
@@ -179,7 +192,7 @@ def test_split_rows_is_the_table_path(folder):
     """The column path (gather_columns → split_rows) gives the rows, order and sequence numbers of the
     DataFrame path (gather → collective_sequences / p2p_rows) that tests and notebooks use."""
     from analyzer.cross_rank.topology import declared_groups
-    job = load_job([folder], jobs=1)
+    job = _job(folder)
     declared = declared_groups(job)
     long = co.gather(job)
     co.assign_keys(long, declared)
