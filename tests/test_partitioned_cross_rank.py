@@ -49,9 +49,53 @@ def test_instance_partitions_equal_one_pass(folder, monkeypatch):
         pytest.skip("too few member rows to partition")
     monkeypatch.setattr(co, "PARTITION_ROWS", max(1, n // 7))
     _, parted = _analyse(folder)
+    # built by the job's engine (one worker: serially, each partition kept as a pickle), in waves of two
+    assert parted.parts.remote and len(parted.parts.parts) >= 7 and not whole.parts.remote
     pd.testing.assert_frame_equal(parted.instances, whole.instances)
     pd.testing.assert_frame_equal(parted.members, whole.members)
     assert parted.unmatched_rows == whole.unmatched_rows
+
+
+def test_member_parts_answer_per_partition():
+    from analyzer.cross_rank.member_parts import MemberParts, as_parts, partition_cuts
+    assert partition_cuts(np.array([0, 0, 0, 1, 1, 2, 2, 2, 2]), 2) == [0, 3, 5, 9]
+    assert partition_cuts(np.array([0, 0, 1]), 5) == [0, 3]
+    a = pd.DataFrame({"iid": [0, 0, 1], "rank": [0, 1, 0], "wait_ns": [5, 0, 2]})
+    b = pd.DataFrame({"iid": [3, 3, 4], "rank": [0, 1, 1], "wait_ns": [0, 7, 1]})
+    parts = MemberParts([a, b], [(0, 2), (3, 5)], 6)
+    assert parts.in_range(np.array([1, 2, 3, 4, 9])) == [(0, 1), (2, 4)]  # (no partition holds iid 2)
+    assert parts.map(lambda p, k: int(p["wait_ns"].sum()) * k, [1, 10]) == [7, 80]
+    pd.testing.assert_frame_equal(parts.frame(), pd.concat([a, b], ignore_index=True))
+    got = parts.frame(lambda p, r: p[p["rank"] == r], [1, 1])
+    assert got["wait_ns"].tolist() == [0, 7, 1] and got.index.tolist() == [0, 1, 2]
+    assert as_parts(a).bounds == [(0, 2)] and len(as_parts(a)) == 3 and as_parts(parts) is parts
+    empty = as_parts(pd.DataFrame({"iid": [], "rank": []}))
+    assert len(empty) == 0 and empty.map(lambda p, x: 1) == [] and list(empty.frame().columns) == ["iid", "rank"]
+
+
+def test_straggler_statistics_add_up_over_partitions():
+    """per_rank_stats asks each partition for its members' counts and sums: exact numbers, split or not."""
+    from analyzer.cross_rank import stragglers as sg
+    from analyzer.cross_rank.member_parts import MemberParts
+    m = pd.DataFrame({"iid": [0, 0, 0, 1, 1, 2, 2, 2, 2], "rank": [0, 1, 2, 0, 1, 0, 1, 2, 3],
+                      "start": [10, 30, 20, 100, 140, 200, 260, 210, 220], "end": [50] * 3 + [150] * 2 + [300] * 4})
+    for k, v in {"op": "allreduce", "dtype": "float", "process_group": "0", "kind": "collective"}.items():
+        m[k] = v
+    m["nelems"], m["seq"], m["src"], m["dst"], m["step"], m["stream"] = 4, m["iid"], -1, -1, 0, 7
+    m["start"], m["end"] = m["start"] * 1000, m["end"] * 1000  # µs apart: every last arrival is decided
+    inst, mem = co.instance_frame(m, {}, {("collective", "0"): [0, 1, 2, 3]}, owned=True)
+    whole = sg.per_rank_stats(inst, mem)
+    split = sg.per_rank_stats(inst, MemberParts([mem.iloc[:3], mem.iloc[3:5], mem.iloc[5:]],
+                                                [(0, 1), (1, 2), (2, 3)], len(mem)))
+    pd.testing.assert_frame_equal(split, whole)
+    by = whole.set_index("rank")
+    # waits: iid 0 latest start 30 → 20, 0, 10; iid 1 → 40, 0; iid 2 latest 260 → 60, 0, 50, 40
+    assert by["wait_suffered_ns"].to_dict() == {0: 120_000, 1: 0, 2: 60_000, 3: 40_000}
+    assert by["n_instances"].to_dict() == {0: 3, 1: 3, 2: 2, 3: 1}
+    assert by["times_last"].to_dict() == {0: 0, 1: 3, 2: 0, 3: 0}  # rank 1 arrived last each time
+    assert by["n_decided"].to_dict() == {0: 3, 1: 3, 2: 2, 3: 1}
+    assert by["wait_imposed_ns"].to_dict() == {0: 0, 1: 30_000 + 40_000 + 150_000, 2: 0, 3: 0}
+    assert by["mean_group"].to_dict() == {0: 4.0, 1: 4.0, 2: 4.0, 3: 4.0}
 
 
 def test_partitions_cut_between_instances():

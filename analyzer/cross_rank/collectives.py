@@ -373,7 +373,7 @@ def instance_task(item: tuple) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Engine task for one partition of whole instances (section.py): its instance rows, which travel back,
     and its member rows with their waits, which stay where they were made (member_parts.py)."""
     frame, hosts_of, expected = item
-    return instance_frame(frame, hosts_of, expected, owned=True)
+    return instance_frame(frame.reset_index(drop=True), hosts_of, expected, owned=True)
 
 
 def instance_table(job: Any, gpus_per_node: Optional[int] = None) -> pd.DataFrame:

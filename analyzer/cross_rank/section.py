@@ -138,9 +138,9 @@ MEMBER_COLUMNS = ["iid", "rank", "start", "end", "op", "nelems", "dtype", "proce
                   "dst", "step", "stream"]
 
 
-def _keyed(coll: dict, pr: Optional[pd.DataFrame]) -> Optional[pd.DataFrame]:
-    """Give the collective rows their member columns in place (instance = observation id, kind, no src/dst)
-    and the send/recv pairs theirs (instance ids after the collectives'): the rows of :func:`_member_rows`."""
+def _member_rows(coll: dict, pr: Optional[pd.DataFrame], al: al_mod.Alignment) -> pd.DataFrame:
+    """Collective rows (instance = their observation id) and send/recv pairs (ids after them) on the aligned
+    clock, sorted by (instance, rank). Consumes ``coll``: each column is dropped once copied."""
     n_coll = len(coll["rank"])
     n_iid = int(coll["obs"].max() + 1) if n_coll else 0
     coll["iid"] = coll.pop("obs")
@@ -148,16 +148,9 @@ def _keyed(coll: dict, pr: Optional[pd.DataFrame]) -> Optional[pd.DataFrame]:
     coll["kind"][:] = "collective"  # one string object for every row (np.full makes one per row from a numpy
     # str; the DataFrame's "str" column keeps the objects it is given)
     coll["src"] = coll["dst"] = np.full(n_coll, -1, np.int64)
-    if pr is None:
-        return None
-    pk = pd.factorize(pd.MultiIndex.from_arrays([pr["process_group"], pr["src"], pr["dst"], pr["seq"]]))[0]
-    return pr.assign(kind="p2p", iid=pk + n_iid).reindex(columns=MEMBER_COLUMNS)
-
-
-def _member_rows(coll: dict, pr: Optional[pd.DataFrame], al: al_mod.Alignment) -> pd.DataFrame:
-    """Collective rows (instance = their observation id) and send/recv pairs (ids after them) on the aligned
-    clock, sorted by (instance, rank). Consumes ``coll``: each column is dropped once copied."""
-    pr = _keyed(coll, pr)
+    if pr is not None:
+        pk = pd.factorize(pd.MultiIndex.from_arrays([pr["process_group"], pr["src"], pr["dst"], pr["seq"]]))[0]
+        pr = pr.assign(kind="p2p", iid=pk + n_iid).reindex(columns=MEMBER_COLUMNS)
     def column(k: str) -> np.ndarray:
         a = coll.pop(k)
         return a if pr is None else np.concatenate([a, pr[k].to_numpy()])
@@ -176,8 +169,8 @@ def _member_rows(coll: dict, pr: Optional[pd.DataFrame], al: al_mod.Alignment) -
     return pd.DataFrame(out, copy=False)
 
 
-#: At most this many member rows are on their way to the engine's instance tasks at once (about 128 MB).
-WAVE_ROWS = 1 << 20
+#: At most this many member rows are on their way to the engine's instance tasks at once (about 64 MB).
+WAVE_ROWS = 1 << 19
 
 
 def _instances_and_members(coll: dict, pr: Optional[pd.DataFrame], al: al_mod.Alignment, hosts_of: dict,
@@ -187,33 +180,19 @@ def _instances_and_members(coll: dict, pr: Optional[pd.DataFrame], al: al_mod.Al
 
     Rows that fit one partition, or a job without an engine, are built here as one table (in partitions of
     whole instances). Past one partition each partition of whole instances is an engine task: the parent
-    gathers its rows, the task builds its instances (they come back) and its members' waits (they stay)."""
+    sends its rows, the task builds its instances (they come back) and its members' waits (they stay), and
+    the parent drops the rows once every partition is sent."""
     rows = co.PARTITION_ROWS if partition_rows is None else partition_rows
-    n = len(coll["rank"]) + (len(pr) if pr is not None else 0)
+    m = _member_rows(coll, pr, al)  # the sorted rows, held once (coll's columns are dropped as they are copied)
+    n = len(m)
     if engine is None or n <= rows:
-        inst, m = co.instance_frames(_member_rows(coll, pr, al), hosts_of, expected, rows)
+        inst, m = co.instance_frames(m, hosts_of, expected, rows)
         return inst, MemberParts.of(m)
-    pr = _keyed(coll, pr)
-    n_coll = len(coll["rank"])
-    def take(k: str, idx: np.ndarray) -> np.ndarray:
-        a = coll[k]
-        if pr is None:
-            return a[idx]
-        b = pr[k].to_numpy()
-        out = np.empty(len(idx), dtype=np.concatenate([a[:0], b[:0]]).dtype)
-        mine = idx < n_coll
-        out[mine] = a[idx[mine]]
-        out[~mine] = b[idx[~mine] - n_coll]
-        return out
-    everything = np.arange(n)
-    iid = take("iid", everything)
-    order = np.lexsort((take("rank", everything), iid))  # stable: a stable sort by (iid, rank)
-    del everything
-    iid = iid[order]
+    iid = m["iid"].to_numpy()
     cuts = partition_cuts(iid, rows)
     pieces = list(zip(cuts[:-1], cuts[1:]))
     bounds = [(int(iid[a]), int(iid[b - 1]) + 1) for a, b in pieces]
-    del iid
+    rank, group = m["rank"].to_numpy(), m["process_group"].to_numpy()
     # partitions in flight at once: enough to keep the workers busy, never more than WAVE_ROWS rows
     wave = max(1, min(2 * int(getattr(engine, "workers", 1) or 1), WAVE_ROWS // max(1, rows)))
     insts: list[pd.DataFrame] = []
@@ -221,20 +200,16 @@ def _instances_and_members(coll: dict, pr: Optional[pd.DataFrame], al: al_mod.Al
     for w in range(0, len(pieces), wave):
         items = []
         for a, b in pieces[w:w + wave]:
-            idx = order[a:b]
-            cols = {k: take(k, idx) for k in MEMBER_COLUMNS}
-            shift = al.shift(cols["rank"])
-            cols["start"], cols["end"] = cols["start"] + shift, cols["end"] + shift
-            frame = pd.DataFrame(cols, copy=False)
-            ranks = set(np.unique(cols["rank"]).tolist())
-            groups = set(pd.unique(cols["process_group"]).tolist())
+            ranks = set(np.unique(rank[a:b]).tolist())
+            groups = set(pd.unique(group[a:b]).tolist())
             hosts = {r: h for r, h in hosts_of.items() if r in ranks} or hosts_of
-            items.append((frame, hosts, {k: v for k, v in expected.items() if k[1] in groups}))
+            # a slice of the rows (no copy here: it is copied into the task's pickle)
+            items.append((m.iloc[a:b], hosts, {k: v for k, v in expected.items() if k[1] in groups}))
         got, kept = engine.map_keep(co.instance_task, items, ship=True)
         del items
         insts += got
         handles += kept
-    coll.clear()
+    del m, iid, rank, group
     return pd.concat(insts, ignore_index=True), MemberParts(handles, bounds, n, engine)
 
 
