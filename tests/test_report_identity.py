@@ -127,22 +127,23 @@ def test_member_partitions_kept_by_the_engine_give_the_same_report(dask_engine, 
     the report never joins the partitions."""
     from analyzer.cross_rank import collectives as co
     want = {}
-    for job in PARTED_JOBS:
+    for i, job in enumerate(PARTED_JOBS):
         one = analyzer.load(job, jobs=1)
         cr = _cross_rank(one)
         assert not cr.parts.remote and len(cr.parts.parts) == 1
-        want[job] = (report_json(one.report), one.render("html"), cr.members, cr.instances)
+        want[job] = (report_json(one.report), one.render("html") if i < 2 else None, cr.members, cr.instances)
         one.close()
     pool = LocalEngine(2)
-    for job in PARTED_JOBS:
+    for i, job in enumerate(PARTED_JOBS):
         monkeypatch.setattr(co, "PARTITION_ROWS", max(4, len(want[job][2]) // 5))  # 5-6 parts of whole instances
-        for engine in (None, pool, dask_engine):
+        for engine in (None, dask_engine) + ((pool,) if i < 2 else ()):  # (the pool: same code as one process)
             a = analyzer.load(job, jobs=1) if engine is None else analyzer.load(job, engine=engine)
             cr = _cross_rank(a)
             assert cr.parts.remote and 4 <= len(cr.parts.parts) <= 8, job
             js, html, members, instances = want[job]
             assert report_json(a.report) == js, (job, engine)
-            assert a.render("html") == html, (job, engine)
+            if html is not None:  # the figures of a straggler job and a pipeline job
+                assert a.render("html") == html, (job, engine)
             assert not hasattr(cr, "_members"), "the report joined the member partitions"
             pd.testing.assert_frame_equal(cr.instances, instances)
             pd.testing.assert_frame_equal(cr.members, members)
