@@ -249,3 +249,52 @@ def test_split_rows_is_the_table_path(folder):
     want = want_coll[list(coll)].reset_index(drop=True)
     pd.testing.assert_frame_equal(got, want, check_dtype=False)
     pd.testing.assert_frame_equal(p2p.reset_index(drop=True), want_p2p.reset_index(drop=True), check_dtype=False)
+
+
+def _gappy_members():
+    """Member rows of five instances, cut into three partitions: iids 0-1 (group "0"; rank 2 absent from iid 1),
+    5 (group "1" outside the steps; ranks 2, 3), 7-8 (send/recv only, ranks 0 → 3); no iid 2-4 or 6."""
+    from analyzer.cross_rank.member_parts import MemberParts
+    us = 1000
+    m = pd.DataFrame({
+        "iid": [0, 0, 0, 1, 1, 5, 5, 7, 7, 8, 8], "rank": [0, 1, 2, 0, 1, 2, 3, 0, 3, 0, 3],
+        "start": [10, 30, 20, 100, 140, 260, 200, 300, 310, 400, 420],
+        "end": [50, 50, 50, 150, 150, 300, 300, 350, 350, 450, 450],
+        "op": ["allreduce"] * 7 + ["send", "recv"] * 2, "process_group": ["0"] * 5 + ["1"] * 2 + ["pp"] * 4,
+        "kind": ["collective"] * 7 + ["p2p"] * 4, "step": [0] * 5 + [-1] * 2 + [1] * 4})
+    m["start"], m["end"] = m["start"] * us, m["end"] * us
+    m["nelems"], m["dtype"], m["seq"], m["stream"] = 4, "float", m["iid"], 7
+    m["src"] = np.where(m["kind"] == "p2p", 0, -1)
+    m["dst"] = np.where(m["kind"] == "p2p", 3, -1)
+    expected = {("collective", "0"): [0, 1, 2], ("collective", "1"): [2, 3], ("p2p", "pp"): [0, 1]}
+    inst, mem = co.instance_frame(m, {}, expected, owned=True)
+    split = MemberParts([mem.iloc[:5], mem.iloc[5:7], mem.iloc[7:]], [(0, 2), (5, 6), (7, 9)], len(mem))
+    return inst, mem, split
+
+
+def test_member_questions_add_up_over_partitions_with_gaps_and_absent_ranks():
+    """member_facts, the straggler statistics, the no-steps span and the pipeline's send/recv rows asked of
+    partitions that miss ranks, groups and iids (one of them send/recv only) equal the whole table's."""
+    from types import SimpleNamespace
+
+    from analyzer.cross_rank import pipeline as pl
+    from analyzer.cross_rank import stragglers as sg
+    from analyzer.cross_rank.member_parts import MemberParts
+    inst, mem, split = _gappy_members()
+    assert split.in_range(np.array([1, 2, 3, 5, 6, 8])) == [(0, 1), (3, 4), (5, 6)]
+    whole = sec.member_facts(SimpleNamespace(parts=MemberParts.of(mem)))
+    parted = sec.member_facts(SimpleNamespace(parts=split))
+    assert parted["ranks"] == whole["ranks"] == {"0": [0, 1, 2], "1": [2, 3], "pp": [0, 3]}
+    ranks, total, rows = parted["wait"]
+    # waits (µs): iid 0 → 20, 0, 10; iid 1 → 40, 0; iid 5 → rank 2 0, rank 3 60; iids 7, 8 → rank 0 10, 20
+    assert ranks.tolist() == [0, 1, 2, 3] and total.tolist() == [90_000, 0, 10_000, 60_000]
+    assert rows.tolist() == [4, 2, 2, 3]
+    by = mem.groupby("rank")["wait_ns"].agg(["sum", "size"])
+    assert [np.array_equal(a, b) for a, b in zip(whole["wait"], (by.index, by["sum"], by["size"]))] == [True] * 3
+    assert parted["wait_in_steps"] == whole["wait_in_steps"] == 100_000  # iid 5 (step −1) left out
+    pd.testing.assert_frame_equal(sg.per_rank_stats(inst, split), sg.per_rank_stats(inst, mem))
+    no_steps = SimpleNamespace(step_metrics=pd.DataFrame())
+    assert sg._median_step(no_steps, split) == sg._median_step(no_steps, mem) == (440_000.0, 1)
+    p2p = split.frame(pl._p2p_rows)
+    assert list(p2p.columns) == pl.P2P_COLUMNS and p2p["rank"].tolist() == [0, 3, 0, 3]
+    pd.testing.assert_frame_equal(p2p, mem.loc[mem["kind"] == "p2p", pl.P2P_COLUMNS].reset_index(drop=True))
