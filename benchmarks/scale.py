@@ -6,7 +6,8 @@
 Each size is a simulated job written once by benchmarks/gen_traces.py to bench-data/scale-<ranks>x<mb>/
 (git-ignored; delete it afterwards). Each run is a fresh child process that analyses the job and renders the
 JSON report as `--output` writes it; it reports its own peak RSS (the parent: what holds every rank's compact results and the
-cross-rank stage) and the largest child's (a pool or Dask worker; Dask's scheduler runs in the parent). The
+cross-rank stage), its RSS once the report is written with the analysis still open ("kept": what a notebook
+holds), and the largest child's (a pool or Dask worker; Dask's scheduler runs in the parent). The
 growth per extra rank is a least-squares line through the sizes, printed with the extrapolation to 4096 and
 16,384 ranks (docs/performance.md, "Past one machine").
 """
@@ -51,13 +52,31 @@ def child(folder: str, engine: str, jobs: int) -> int:
     with open(os.devnull, "wb") as fh:
         n_bytes = write_json(a.report, fh)
     t2 = time.perf_counter()
+    kept = _kept_mb()  # what the analysis keeps once the report is written (a notebook holds this)
     a.close()
     print(json.dumps({
         "ranks": len(a.job.traces), "wall_s": t2 - t0, "analyse_s": t2 - t1, "report_bytes": n_bytes,
         "parent_peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        "parent_after_import_mb": imported,
+        "parent_after_import_mb": imported, "parent_kept_mb": kept,
         "worker_peak_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}))
     return 0
+
+
+def _kept_mb() -> float:
+    """The parent's resident memory now, after a garbage collection and handing freed heap back to the OS
+    (glibc's malloc_trim; without it freed memory stays resident and the number says little)."""
+    import ctypes
+    import gc
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
 
 
 def measure(folder: Path, engine: str, jobs: int) -> dict:
@@ -90,14 +109,15 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [int(s) for s in a.sizes.split(",")]
     engines = a.engines.split(",")
     rows = []
-    print(f"{'engine':6} {'ranks':>6} {'wall s':>8} {'s/rank':>7} {'parent MB':>10} {'worker MB':>10}", flush=True)
+    print(f"{'engine':6} {'ranks':>6} {'wall s':>8} {'s/rank':>7} {'parent MB':>10} {'kept MB':>8} "
+          f"{'worker MB':>10}", flush=True)
     for n in sizes:
         folder = ensure_job(n, a.mb, a.jobs)
         for eng in engines:
             r = {"engine": eng, "mb_per_rank": a.mb, "jobs": a.jobs, **measure(folder, eng, a.jobs)}
             rows.append(r)
             print(f"{eng:6} {n:>6} {r['wall_s']:>8.1f} {r['wall_s'] / n:>7.3f} {r['parent_peak_mb']:>10.0f} "
-                  f"{r['worker_peak_mb']:>10.0f}", flush=True)
+                  f"{r.get('parent_kept_mb', float('nan')):>8.0f} {r['worker_peak_mb']:>10.0f}", flush=True)
     print()
     for eng in engines:
         rs = [r for r in rows if r["engine"] == eng]

@@ -49,9 +49,53 @@ def test_instance_partitions_equal_one_pass(folder, monkeypatch):
         pytest.skip("too few member rows to partition")
     monkeypatch.setattr(co, "PARTITION_ROWS", max(1, n // 7))
     _, parted = _analyse(folder)
+    # built by the job's engine (one worker: serially, each partition kept as a pickle), in waves of two
+    assert parted.parts.remote and len(parted.parts.parts) >= 7 and not whole.parts.remote
     pd.testing.assert_frame_equal(parted.instances, whole.instances)
     pd.testing.assert_frame_equal(parted.members, whole.members)
     assert parted.unmatched_rows == whole.unmatched_rows
+
+
+def test_member_parts_answer_per_partition():
+    from analyzer.cross_rank.member_parts import MemberParts, as_parts, partition_cuts
+    assert partition_cuts(np.array([0, 0, 0, 1, 1, 2, 2, 2, 2]), 2) == [0, 3, 5, 9]
+    assert partition_cuts(np.array([0, 0, 1]), 5) == [0, 3]
+    a = pd.DataFrame({"iid": [0, 0, 1], "rank": [0, 1, 0], "wait_ns": [5, 0, 2]})
+    b = pd.DataFrame({"iid": [3, 3, 4], "rank": [0, 1, 1], "wait_ns": [0, 7, 1]})
+    parts = MemberParts([a, b], [(0, 2), (3, 5)], 6)
+    assert parts.in_range(np.array([1, 2, 3, 4, 9])) == [(0, 1), (2, 4)]  # (no partition holds iid 2)
+    assert parts.map(lambda p, k: int(p["wait_ns"].sum()) * k, [1, 10]) == [7, 80]
+    pd.testing.assert_frame_equal(parts.frame(), pd.concat([a, b], ignore_index=True))
+    got = parts.frame(lambda p, r: p[p["rank"] == r], [1, 1])
+    assert got["wait_ns"].tolist() == [0, 7, 1] and got.index.tolist() == [0, 1, 2]
+    assert as_parts(a).bounds == [(0, 2)] and len(as_parts(a)) == 3 and as_parts(parts) is parts
+    empty = as_parts(pd.DataFrame({"iid": [], "rank": []}))
+    assert len(empty) == 0 and empty.map(lambda p, x: 1) == [] and list(empty.frame().columns) == ["iid", "rank"]
+
+
+def test_straggler_statistics_add_up_over_partitions():
+    """per_rank_stats asks each partition for its members' counts and sums: exact numbers, split or not."""
+    from analyzer.cross_rank import stragglers as sg
+    from analyzer.cross_rank.member_parts import MemberParts
+    m = pd.DataFrame({"iid": [0, 0, 0, 1, 1, 2, 2, 2, 2], "rank": [0, 1, 2, 0, 1, 0, 1, 2, 3],
+                      "start": [10, 30, 20, 100, 140, 200, 260, 210, 220], "end": [50] * 3 + [150] * 2 + [300] * 4})
+    for k, v in {"op": "allreduce", "dtype": "float", "process_group": "0", "kind": "collective"}.items():
+        m[k] = v
+    m["nelems"], m["seq"], m["src"], m["dst"], m["step"], m["stream"] = 4, m["iid"], -1, -1, 0, 7
+    m["start"], m["end"] = m["start"] * 1000, m["end"] * 1000  # µs apart: every last arrival is decided
+    inst, mem = co.instance_frame(m, {}, {("collective", "0"): [0, 1, 2, 3]}, owned=True)
+    whole = sg.per_rank_stats(inst, mem)
+    split = sg.per_rank_stats(inst, MemberParts([mem.iloc[:3], mem.iloc[3:5], mem.iloc[5:]],
+                                                [(0, 1), (1, 2), (2, 3)], len(mem)))
+    pd.testing.assert_frame_equal(split, whole)
+    by = whole.set_index("rank")
+    # waits: iid 0 latest start 30 → 20, 0, 10; iid 1 → 40, 0; iid 2 latest 260 → 60, 0, 50, 40
+    assert by["wait_suffered_ns"].to_dict() == {0: 120_000, 1: 0, 2: 60_000, 3: 40_000}
+    assert by["n_instances"].to_dict() == {0: 3, 1: 3, 2: 2, 3: 1}
+    assert by["times_last"].to_dict() == {0: 0, 1: 3, 2: 0, 3: 0}  # rank 1 arrived last each time
+    assert by["n_decided"].to_dict() == {0: 3, 1: 3, 2: 2, 3: 1}
+    assert by["wait_imposed_ns"].to_dict() == {0: 0, 1: 30_000 + 40_000 + 150_000, 2: 0, 3: 0}
+    assert by["mean_group"].to_dict() == {0: 4.0, 1: 4.0, 2: 4.0, 3: 4.0}
 
 
 def test_partitions_cut_between_instances():
@@ -205,3 +249,52 @@ def test_split_rows_is_the_table_path(folder):
     want = want_coll[list(coll)].reset_index(drop=True)
     pd.testing.assert_frame_equal(got, want, check_dtype=False)
     pd.testing.assert_frame_equal(p2p.reset_index(drop=True), want_p2p.reset_index(drop=True), check_dtype=False)
+
+
+def _gappy_members():
+    """Member rows of five instances, cut into three partitions: iids 0-1 (group "0"; rank 2 absent from iid 1),
+    5 (group "1" outside the steps; ranks 2, 3), 7-8 (send/recv only, ranks 0 → 3); no iid 2-4 or 6."""
+    from analyzer.cross_rank.member_parts import MemberParts
+    us = 1000
+    m = pd.DataFrame({
+        "iid": [0, 0, 0, 1, 1, 5, 5, 7, 7, 8, 8], "rank": [0, 1, 2, 0, 1, 2, 3, 0, 3, 0, 3],
+        "start": [10, 30, 20, 100, 140, 260, 200, 300, 310, 400, 420],
+        "end": [50, 50, 50, 150, 150, 300, 300, 350, 350, 450, 450],
+        "op": ["allreduce"] * 7 + ["send", "recv"] * 2, "process_group": ["0"] * 5 + ["1"] * 2 + ["pp"] * 4,
+        "kind": ["collective"] * 7 + ["p2p"] * 4, "step": [0] * 5 + [-1] * 2 + [1] * 4})
+    m["start"], m["end"] = m["start"] * us, m["end"] * us
+    m["nelems"], m["dtype"], m["seq"], m["stream"] = 4, "float", m["iid"], 7
+    m["src"] = np.where(m["kind"] == "p2p", 0, -1)
+    m["dst"] = np.where(m["kind"] == "p2p", 3, -1)
+    expected = {("collective", "0"): [0, 1, 2], ("collective", "1"): [2, 3], ("p2p", "pp"): [0, 1]}
+    inst, mem = co.instance_frame(m, {}, expected, owned=True)
+    split = MemberParts([mem.iloc[:5], mem.iloc[5:7], mem.iloc[7:]], [(0, 2), (5, 6), (7, 9)], len(mem))
+    return inst, mem, split
+
+
+def test_member_questions_add_up_over_partitions_with_gaps_and_absent_ranks():
+    """member_facts, the straggler statistics, the no-steps span and the pipeline's send/recv rows asked of
+    partitions that miss ranks, groups and iids (one of them send/recv only) equal the whole table's."""
+    from types import SimpleNamespace
+
+    from analyzer.cross_rank import pipeline as pl
+    from analyzer.cross_rank import stragglers as sg
+    from analyzer.cross_rank.member_parts import MemberParts
+    inst, mem, split = _gappy_members()
+    assert split.in_range(np.array([1, 2, 3, 5, 6, 8])) == [(0, 1), (3, 4), (5, 6)]
+    whole = sec.member_facts(SimpleNamespace(parts=MemberParts.of(mem)))
+    parted = sec.member_facts(SimpleNamespace(parts=split))
+    assert parted["ranks"] == whole["ranks"] == {"0": [0, 1, 2], "1": [2, 3], "pp": [0, 3]}
+    ranks, total, rows = parted["wait"]
+    # waits (µs): iid 0 → 20, 0, 10; iid 1 → 40, 0; iid 5 → rank 2 0, rank 3 60; iids 7, 8 → rank 0 10, 20
+    assert ranks.tolist() == [0, 1, 2, 3] and total.tolist() == [90_000, 0, 10_000, 60_000]
+    assert rows.tolist() == [4, 2, 2, 3]
+    by = mem.groupby("rank")["wait_ns"].agg(["sum", "size"])
+    assert [np.array_equal(a, b) for a, b in zip(whole["wait"], (by.index, by["sum"], by["size"]))] == [True] * 3
+    assert parted["wait_in_steps"] == whole["wait_in_steps"] == 100_000  # iid 5 (step −1) left out
+    pd.testing.assert_frame_equal(sg.per_rank_stats(inst, split), sg.per_rank_stats(inst, mem))
+    no_steps = SimpleNamespace(step_metrics=pd.DataFrame())
+    assert sg._median_step(no_steps, split) == sg._median_step(no_steps, mem) == (440_000.0, 1)
+    p2p = split.frame(pl._p2p_rows)
+    assert list(p2p.columns) == pl.P2P_COLUMNS and p2p["rank"].tolist() == [0, 3, 0, 3]
+    pd.testing.assert_frame_equal(p2p, mem.loc[mem["kind"] == "p2p", pl.P2P_COLUMNS].reset_index(drop=True))

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 
+import pandas as pd
 import pytest
 
 import analyzer
@@ -106,3 +107,57 @@ def test_cli_dask_unreachable_scheduler_is_a_usage_error():
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 2, (p.returncode, p.stderr[-2000:])
     assert "cannot reach the Dask scheduler" in p.stderr
+
+
+#: jobs whose member tables are cut into several partitions below: DDP with a straggler, two pipeline
+#: schedules (send/recv pairs), FSDP, a DLRM's all-to-alls, a simulated 3-D parallel straggler
+PARTED_JOBS = ["fixtures/real-cpu/ddp-straggler", "fixtures/real-cpu/pp-1f1b",
+               "fixtures/real-cpu-perf/pp2-m8-interleaved-medium", "fixtures/real-cpu-perf/fsdp4-clean-medium",
+               "fixtures/corpus/param-dlrm_kineto", "fixtures/sim/tp_pp_dp_1f1b_straggler"]
+
+
+def _cross_rank(a):
+    (cr,) = [v for k, v in a.job.cache.items() if isinstance(k, tuple) and k[0] == "cross_rank"]
+    return cr
+
+
+def test_member_partitions_kept_by_the_engine_give_the_same_report(dask_engine, monkeypatch):
+    """Past one partition the member table is built by engine tasks and stays with the engine (member_parts.py):
+    the report, its HTML figures and the API's member table are those of one table built here, and building
+    the report never joins the partitions."""
+    from analyzer.cross_rank import collectives as co
+    want = {}
+    for i, job in enumerate(PARTED_JOBS):
+        one = analyzer.load(job, jobs=1)
+        cr = _cross_rank(one)
+        assert not cr.parts.remote and len(cr.parts.parts) == 1
+        want[job] = (report_json(one.report), one.render("html") if i < 2 else None, cr.members, cr.instances)
+        one.close()
+    pool = LocalEngine(2)
+    for i, job in enumerate(PARTED_JOBS):
+        monkeypatch.setattr(co, "PARTITION_ROWS", max(4, len(want[job][2]) // 5))  # 5-6 parts of whole instances
+        for engine in (None, dask_engine) + ((pool,) if i < 2 else ()):  # (the pool: same code as one process)
+            a = analyzer.load(job, jobs=1) if engine is None else analyzer.load(job, engine=engine)
+            cr = _cross_rank(a)
+            assert cr.parts.remote and 4 <= len(cr.parts.parts) <= 8, job
+            js, html, members, instances = want[job]
+            assert report_json(a.report) == js, (job, engine)
+            if html is not None:  # the figures of a straggler job and a pipeline job
+                assert a.render("html") == html, (job, engine)
+            assert not hasattr(cr, "_members"), "the report joined the member partitions"
+            pd.testing.assert_frame_equal(cr.instances, instances)
+            pd.testing.assert_frame_equal(cr.members, members)
+            a.close()
+    pool.close()
+
+
+def test_member_partitions_after_the_engine_closed_say_so(monkeypatch):
+    from analyzer.cross_rank import collectives as co
+    from analyzer.load.engine import EngineClosed
+    monkeypatch.setattr(co, "PARTITION_ROWS", 8)
+    with analyzer.load("fixtures/real-cpu/ddp-straggler", jobs=1) as a:
+        cr = _cross_rank(a)
+        assert cr.parts.remote and len(cr.members) == 32
+        del cr._members
+    with pytest.raises(EngineClosed, match="closed .*before closing it"):
+        cr.members

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from analyzer.cross_rank.topology import P2P_OPS
+from analyzer.cross_rank.member_parts import partition_cuts
 
 #: Bytes per element for the dtype names Kineto writes in the `dtype` arg (case-insensitive).
 DTYPE_BYTES = {
@@ -356,14 +357,7 @@ def instance_frames(m: pd.DataFrame, hosts_of: dict[int, str], expected: dict,
     partition_rows = PARTITION_ROWS if partition_rows is None else partition_rows
     if n <= partition_rows:
         return instance_frame(m, hosts_of, expected, owned=True)
-    iid = m["iid"].to_numpy()
-    cuts = [0]
-    while cuts[-1] + partition_rows < n:
-        at = iid[cuts[-1] + partition_rows]
-        c = int(np.searchsorted(iid, at, "left"))
-        cuts.append(c if c > cuts[-1] else int(np.searchsorted(iid, at, "right")))
-    if cuts[-1] < n:  # (the last cut is n already when the last instance alone outgrew a partition)
-        cuts.append(n)
+    cuts = partition_cuts(m["iid"].to_numpy(), partition_rows)
     wait, dur = np.empty(n, np.int64), np.empty(n, np.int64)
     parts = []
     for a, b in zip(cuts[:-1], cuts[1:]):
@@ -373,6 +367,13 @@ def instance_frames(m: pd.DataFrame, hosts_of: dict[int, str], expected: dict,
         del part
     m["wait_ns"], m["duration_ns"] = wait, dur
     return pd.concat(parts, ignore_index=True), m
+
+
+def instance_task(item: tuple) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Engine task for one partition of whole instances (section.py): its instance rows, which travel back,
+    and its member rows with their waits, which stay where they were made (member_parts.py)."""
+    frame, hosts_of, expected = item
+    return instance_frame(frame.reset_index(drop=True), hosts_of, expected, owned=True)
 
 
 def instance_table(job: Any, gpus_per_node: Optional[int] = None) -> pd.DataFrame:

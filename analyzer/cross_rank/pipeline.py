@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from analyzer.cross_rank import pipeline_schedule as ps
+from analyzer.cross_rank.member_parts import as_parts
 from analyzer.cross_rank.pipeline_blocks import RankBlocks, rank_blocks
 from analyzer.rank import intervals as iv
 from analyzer.rank.summary import collective_column
@@ -233,7 +234,18 @@ def _p2p_ranks(job: Any) -> list[int]:
     return sorted(out)
 
 
-def analyse(job: Any, inst: pd.DataFrame, members: pd.DataFrame, offsets: Optional[dict[int, int]] = None) -> dict:
+#: the member columns the pipeline section reads (first ops, sends per link and step, first-step directions)
+P2P_COLUMNS = ["rank", "kind", "op", "src", "dst", "step", "start", "end"]
+
+
+def _p2p_rows(part: pd.DataFrame, _arg: Any) -> pd.DataFrame:
+    """Run where a member partition is: its send/recv members, the columns this module reads (in a pipeline
+    job nearly every member row is a send or a recv: half the table's columns travel, not all of them)."""
+    cols = [c for c in P2P_COLUMNS if c in part]
+    return part.loc[part["kind"] == "p2p", cols] if len(part) else part[cols]
+
+
+def analyse(job: Any, inst: pd.DataFrame, members: Any, offsets: Optional[dict[int, int]] = None) -> dict:
     """The `pipeline` section (docs/report-sections.md)."""
     none = {"detected": False, "p": None, "m": None, "v": None, "schedule": "unknown", "stage_ranks": [],
             "per_stage": [], "mean_bubble_rate": None, "theoretical_bubble": None, "evidence": "no send/recv"}
@@ -246,7 +258,7 @@ def analyse(job: Any, inst: pd.DataFrame, members: pd.DataFrame, offsets: Option
     given = float(np.mean([rbs[r].peers_given for r in rbs])) if rbs else 0.0
     trusted = not (cpu and given < PEERS_GIVEN_MIN and len(ranks) > 2)
     p2p = inst[inst["kind"] == "p2p"] if len(inst) else inst
-    pm = members[members["kind"] == "p2p"] if len(members) else members
+    members = pm = as_parts(members).frame(_p2p_rows)  # only the send/recv members' P2P_COLUMNS travel
     first_op = pm.sort_values("start").groupby("rank")["op"].first().to_dict() if len(pm) else {}
     pipes = []  # (process group, positions [[ranks] per stage], ring, how the order was found, peers)
     if trusted and len(p2p):

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from analyzer.cross_rank.member_parts import as_parts
 from analyzer.load.job import ask_ranks
 from analyzer.rank import intervals as iv
 from analyzer.rank.metrics import step_windows
@@ -34,7 +35,12 @@ def role_times(lanes: Any, arg: tuple) -> list[tuple[str, float, float]]:
     return out
 
 
-def role_metrics(job: Any, members: pd.DataFrame, offset_of: dict, role_of: dict[str, str],
+def _role_columns(part: pd.DataFrame, _arg: Any) -> pd.DataFrame:
+    """Run where a member partition is: the columns role_metrics reads."""
+    return part[[c for c in ("process_group", "rank", "start", "end", "kind") if c in part]]
+
+
+def role_metrics(job: Any, members: Any, offset_of: dict, role_of: dict[str, str],
                  n_steps: int) -> list[dict]:
     """One row per role: groups, comm/overlap/exposed time and shares, collectives per step and mean bytes.
 
@@ -42,7 +48,8 @@ def role_metrics(job: Any, members: pd.DataFrame, offset_of: dict, role_of: dict
     intervals go there and two numbers per role come back, never a rank's compute set."""
     if members is None or not len(members):
         return []
-    # plain arrays, not a copy of the member table (10,000 ranks × thousands of collectives)
+    # the five columns this needs, fetched from the member partitions (not the member table)
+    members = as_parts(members).frame(_role_columns)
     role = members["process_group"].map(role_of).fillna("unknown").to_numpy(dtype=object)
     rank_of = members["rank"].to_numpy()
     start, end = members["start"].to_numpy(np.int64), members["end"].to_numpy(np.int64)

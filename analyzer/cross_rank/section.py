@@ -18,6 +18,7 @@ from analyzer.cross_rank import desync as ds
 from analyzer.cross_rank import links as lk
 from analyzer.cross_rank import pipeline as pl
 from analyzer.cross_rank import stragglers as sg
+from analyzer.cross_rank.member_parts import MemberParts, partition_cuts
 from analyzer.cross_rank.roles import role_metrics
 from analyzer.load.job import Job
 from analyzer.cross_rank.topology import Hosts, declared_groups, group_span, infer_role, resolve_hosts
@@ -34,7 +35,9 @@ class CrossRank:
     hosts: Hosts
     alignment: al_mod.Alignment
     instances: pd.DataFrame   # one row per collective instance / send-recv pair (aligned ns)
-    members: pd.DataFrame     # one row per (instance, rank): aligned start/end, wait_ns, duration_ns
+    #: the member table (one row per (instance, rank): aligned start/end, wait_ns, duration_ns) in partitions
+    #: kept where they were built (member_parts.py); ``members`` joins them
+    parts: MemberParts
     expected: dict
     match_method: str
     unmatched_rows: int
@@ -42,6 +45,14 @@ class CrossRank:
     desync: list = field(default_factory=list)  # collectives one rank lacks / adds / reorders (desync.py)
     #: per group: median share of the step's compute done before its first collective (infer_role's first_pos)
     first_compute: dict = field(default_factory=dict)
+
+    @property
+    def members(self) -> pd.DataFrame:
+        """The whole member table, joined from its partitions on first use (the report itself asks the
+        partitions instead: a large job's table is never held whole unless this is read)."""
+        if not hasattr(self, "_members"):
+            self._members = self.parts.frame()
+        return self._members
 
 
 def _next_id(obs: pd.DataFrame) -> int:
@@ -70,7 +81,7 @@ def _analyse(job: Job, gpus_per_node: Optional[int]) -> CrossRank:
     if not len(long["rank"]):
         al = al_mod.zero_alignment(ranks, domain_of, "single_rank" if len(ranks) <= 1 else "refused",
                                    "no collectives in the traces: nothing to align on")
-        return CrossRank(hosts, al, pd.DataFrame(), _empty_members(), {}, "none", 0, declared)
+        return CrossRank(hosts, al, pd.DataFrame(), MemberParts.of(_empty_members()), {}, "none", 0, declared)
     keys = co.assign_keys(long, declared)
     coll, p2p = co.split_rows(long)  # empties `long`: the rows are held once from here on
     obs, al = _align_collectives(coll, ranks, domain_of)
@@ -114,10 +125,9 @@ def _analyse(job: Job, gpus_per_node: Optional[int]) -> CrossRank:
         for k in pr["process_group"].unique():
             expected[("p2p", k)] = [0, 1]
     del p2p
-    mem = _member_rows(coll, pr, al)  # empties `coll`
+    inst, members = _instances_and_members(coll, pr, al, hosts.rank_to_host if hosts.known else {}, expected,
+                                           getattr(job, "engine", None))  # empties `coll`
     del pr
-    inst, members = co.instance_frames(mem, hosts.rank_to_host if hosts.known else {}, expected)
-    del mem
     unmatched += int((~inst["complete"]).sum())
     return CrossRank(hosts, al, inst, members, expected, keys.method, unmatched, declared, desyncs,
                      first_compute)
@@ -157,6 +167,50 @@ def _member_rows(coll: dict, pr: Optional[pd.DataFrame], al: al_mod.Alignment) -
         del v
     coll.clear()
     return pd.DataFrame(out, copy=False)
+
+
+#: At most this many member rows are on their way to the engine's instance tasks at once (about 64 MB).
+WAVE_ROWS = 1 << 19
+
+
+def _instances_and_members(coll: dict, pr: Optional[pd.DataFrame], al: al_mod.Alignment, hosts_of: dict,
+                           expected: dict, engine: Any = None,
+                           partition_rows: Optional[int] = None) -> tuple[pd.DataFrame, MemberParts]:
+    """The instance table and the member table's partitions (member_parts.py). Consumes ``coll``.
+
+    Rows that fit one partition, or a job without an engine, are built here as one table (in partitions of
+    whole instances). Past one partition each partition of whole instances is an engine task: the parent
+    sends its rows, the task builds its instances (they come back) and its members' waits (they stay), and
+    the parent drops the rows once every partition is sent."""
+    rows = co.PARTITION_ROWS if partition_rows is None else partition_rows
+    m = _member_rows(coll, pr, al)  # the sorted rows, held once (coll's columns are dropped as they are copied)
+    n = len(m)
+    if engine is None or n <= rows:
+        inst, m = co.instance_frames(m, hosts_of, expected, rows)
+        return inst, MemberParts.of(m)
+    iid = m["iid"].to_numpy()
+    cuts = partition_cuts(iid, rows)
+    pieces = list(zip(cuts[:-1], cuts[1:]))
+    bounds = [(int(iid[a]), int(iid[b - 1]) + 1) for a, b in pieces]
+    rank, group = m["rank"].to_numpy(), m["process_group"].to_numpy()
+    # partitions in flight at once: enough to keep the workers busy, never more than WAVE_ROWS rows
+    wave = max(1, min(2 * int(getattr(engine, "workers", 1) or 1), WAVE_ROWS // max(1, rows)))
+    insts: list[pd.DataFrame] = []
+    handles: list[Any] = []
+    for w in range(0, len(pieces), wave):
+        items = []
+        for a, b in pieces[w:w + wave]:
+            ranks = set(np.unique(rank[a:b]).tolist())
+            groups = set(pd.unique(group[a:b]).tolist())
+            hosts = {r: h for r, h in hosts_of.items() if r in ranks} or hosts_of
+            # a slice of the rows (no copy here: it is copied into the task's pickle)
+            items.append((m.iloc[a:b], hosts, {k: v for k, v in expected.items() if k[1] in groups}))
+        got, kept = engine.map_keep(co.instance_task, items, ship=True)
+        del items
+        insts += got
+        handles += kept
+    del m, iid, rank, group
+    return pd.concat(insts, ignore_index=True), MemberParts(handles, bounds, n, engine)
 
 
 def _align_collectives(coll: dict, ranks: list[int], domain_of: dict) -> tuple:
@@ -238,8 +292,7 @@ def _groups_section(job: Job, cr: CrossRank) -> list[dict]:
     pos = _first_positions(job, cr)
     # one pass over the rows, not one filter per group (10,000-rank jobs have thousands of groups)
     by_group = dict(tuple(inst.groupby("process_group", sort=False, observed=True))) if len(inst) else {}
-    member_ranks = (cr.members.groupby("process_group", sort=False, observed=True)["rank"].unique().to_dict()
-                    if len(cr.members) else {})
+    member_ranks = member_facts(cr)["ranks"]
     out = []
     for name in sorted(names, key=group_order):
         g = cr.groups.get(name)
@@ -263,6 +316,47 @@ def _groups_section(job: Job, cr: CrossRank) -> list[dict]:
                     "hosts": hs, "n_hosts": len(hs) if cr.hosts.known else None, "span": span, "role": role,
                     "judged_role": judged, "evidence": evidence, "ops": ops})
     return out
+
+
+def _facts_of_part(part: pd.DataFrame, _arg: Any) -> tuple:
+    """Run where a member partition is: each group's member ranks, each rank's wait (sum, count), the wait
+    inside steps."""
+    pg, rank, wait = part["process_group"].to_numpy(), part["rank"].to_numpy(), part["wait_ns"].to_numpy()
+    code, names = pd.factorize(pg)
+    span = int(rank.max()) + 1 if len(rank) else 1
+    pairs = np.unique(code.astype(np.int64) * span + rank)
+    groups: dict = {}
+    for c, r in zip((pairs // span).tolist(), (pairs % span).tolist()):
+        groups.setdefault(names[c], []).append(r)
+    ranks, inv = np.unique(rank, return_inverse=True)
+    total = np.zeros(len(ranks), np.int64)
+    np.add.at(total, inv, wait)
+    return groups, ranks, total, np.bincount(inv, minlength=len(ranks)), int(wait[part["step"].to_numpy() >= 0].sum())
+
+
+def member_facts(cr: CrossRank) -> dict:
+    """What the section needs of every member row, asked of the partitions once: ``ranks`` (group → its
+    member ranks, sorted), ``wait`` (ranks, total wait ns, rows; by rank), ``wait_in_steps`` (ns)."""
+    if not hasattr(cr, "_facts"):
+        groups: dict = {}
+        per = []
+        in_steps = 0
+        for g, ranks, total, count, inside in cr.parts.map(_facts_of_part):
+            for name, rs in g.items():
+                groups.setdefault(name, set()).update(rs)
+            per.append((ranks, total, count))
+            in_steps += inside
+        if per:
+            ranks = np.concatenate([p[0] for p in per])
+            u, inv = np.unique(ranks, return_inverse=True)
+            total, count = np.zeros(len(u), np.int64), np.zeros(len(u), np.int64)
+            np.add.at(total, inv, np.concatenate([p[1] for p in per]))
+            np.add.at(count, inv, np.concatenate([p[2] for p in per]))
+        else:
+            u = total = count = np.empty(0, np.int64)
+        cr._facts = {"ranks": {k: sorted(v) for k, v in groups.items()}, "wait": (u, total, count),
+                     "wait_in_steps": in_steps}
+    return cr._facts
 
 
 def world_group_role(ops: dict[str, int]) -> str:
@@ -380,7 +474,7 @@ def cross_rank_section(job: Job, gpus_per_node: Optional[int] = None) -> dict:
     groups = _groups_section(job, cr)
     span_of = {g["name"]: g["span"] for g in groups}
     role_of = {g["name"]: g["role"] for g in groups}
-    inst, mem = cr.instances, cr.members
+    inst, mem = cr.instances, cr.parts
     section: dict[str, Any] = {
         "hosts": {"source": cr.hosts.source, "rank_to_host": {str(r): h for r, h in cr.hosts.rank_to_host.items()},
                   "gpus_per_node": cr.hosts.gpus_per_node},
@@ -407,13 +501,13 @@ def cross_rank_section(job: Job, gpus_per_node: Optional[int] = None) -> dict:
                        **_judge_busbw(link, str(op), size, nbytes, int(len(g)), busbw),
                        "crossed_hosts": bool(g["crossed_hosts"].any()) if cr.hosts.known else None})
         by.sort(key=lambda row: (group_order(row["process_group"]), str(row["op"])))
-        wait = mem.groupby("rank")["wait_ns"].agg(["sum", "mean"])
+        wait = member_facts(cr)["wait"]
         section["collectives"] = {
             "instances": int(len(inst)), "matched": int(inst["complete"].sum()),
             "unmatched": int(cr.unmatched_rows), "match_method": cr.match_method,
             "p2p_pairs": int((inst["kind"] == "p2p").sum()), "by_group_op": by,
-            "per_rank_wait": [{"rank": int(r), "total_wait_us": float(w["sum"]) / 1e3,
-                               "mean_wait_us": float(w["mean"]) / 1e3} for r, w in wait.iterrows()]}
+            "per_rank_wait": [{"rank": int(r), "total_wait_us": float(t) / 1e3, "mean_wait_us": float(t / c) / 1e3}
+                              for r, t, c in zip(*wait)]}
         nsteps = len([s for s in (job.step_metrics["step"].unique() if len(job.step_metrics) else []) if s >= 0])
         section["roles"] = role_metrics(job, mem, cr.alignment.offset_of,
                                         {g["name"]: g["judged_role"] for g in groups}, max(1, nsteps))
@@ -442,7 +536,7 @@ def _summary(job: Job, cr: CrossRank, section: dict) -> dict:
     """Critical path in outline (per step: whom the job waited for, where) and scaling-relevant shares."""
     sm = job.step_metrics
     step_total = float(sm["step_time_ns"].sum()) if sm is not None and len(sm) else float("nan")
-    inst, mem = cr.instances, cr.members
+    inst = cr.instances
     crit = []
     if len(inst):
         ci = inst[(inst["kind"] == "collective") & (inst["last_delay_ns"] > sg.TIE_NS)]
@@ -456,7 +550,7 @@ def _summary(job: Job, cr: CrossRank, section: dict) -> dict:
                          "where": f"{worst['op']} #{int(worst['seq'])} on process group {worst['process_group']}: "
                                   f"the others waited {worst['last_delay_ns'] / 1e3:.1f} µs for rank {r}"})
     exposed = float(sm["exposed_comm_ns"].sum()) / step_total if step_total and step_total > 0 else None
-    wait = float(mem.loc[mem["step"] >= 0, "wait_ns"].sum()) / step_total if len(mem) and step_total > 0 else None
+    wait = float(member_facts(cr)["wait_in_steps"]) / step_total if len(cr.parts) and step_total > 0 else None
     bubble = None
     pipe = section.get("pipeline") or {}
     if pipe.get("detected") and pipe.get("per_stage") and sm is not None and len(sm):

@@ -20,6 +20,7 @@ from typing import Any, Optional
 import numpy as np
 import pandas as pd
 
+from analyzer.cross_rank.member_parts import as_parts
 from analyzer.load.job import ask_ranks
 from analyzer.phrases import ranks_text
 from analyzer.rank import intervals as iv
@@ -76,32 +77,56 @@ def link_difference(nccl_logs: list, rank: int) -> Optional[str]:
             f"{', '.join(sorted(majority))}")
 
 
-def per_rank_stats(inst: pd.DataFrame, members: pd.DataFrame) -> pd.DataFrame:
-    """rank, n_instances, times_last, pct_last, wait_imposed_ns, wait_suffered_ns, delay_caused_ns, mean_group."""
-    ci = inst[(inst["kind"] == "collective") & (inst["n_members"] >= 2)]
-    counted = ci[ci["last_delay_ns"] > TIE_NS]
-    # the member rows of those instances as plain arrays (no copy of the member table: 10,000 ranks × thousands
-    # of collectives)
-    iid, rank_of = members["iid"].to_numpy(), members["rank"].to_numpy()
-    sel = np.flatnonzero(np.isin(iid, ci["instance"].to_numpy()))
+def _stats_part(part: pd.DataFrame, arg: tuple) -> tuple:
+    """Run where a member partition is: per member rank, rows in the instances ``ci`` (sorted ids, with their
+    group sizes ``size``), rows in the decided ones ``counted`` (sorted ids), their wait, their group sizes."""
+    ci, size, counted = arg
+    iid, rank_of = part["iid"].to_numpy(), part["rank"].to_numpy()
+    sel = np.flatnonzero(np.isin(iid, ci))
     c_rank = rank_of[sel]
-    by_rank = pd.Series(np.ones(len(sel), np.int64)).groupby(c_rank)
-    ranks = np.sort(members["rank"].unique()) if len(members) else np.empty(0, np.int64)
+    ranks, inv = np.unique(c_rank, return_inverse=True)
+    decided = np.isin(iid[sel], counted)
+    wait = np.zeros(len(ranks), np.int64)
+    np.add.at(wait, inv, part["wait_ns"].to_numpy()[sel])
+    gsize = np.zeros(len(ranks), np.int64)
+    np.add.at(gsize, inv, size[np.searchsorted(ci, iid[sel])] if len(sel) else np.empty(0, np.int64))
+    return (np.unique(rank_of), ranks, np.bincount(inv, minlength=len(ranks)),
+            np.bincount(inv[decided], minlength=len(ranks)), wait, gsize)
+
+
+def per_rank_stats(inst: pd.DataFrame, members: Any) -> pd.DataFrame:
+    """rank, n_instances, times_last, pct_last, wait_imposed_ns, wait_suffered_ns, delay_caused_ns, mean_group.
+
+    ``members``: the member table or its partitions (member_parts.py), asked where they are."""
+    parts = as_parts(members)
+    ci = inst[(inst["kind"] == "collective") & (inst["n_members"] >= 2)] if len(inst) else inst
+    counted = ci[ci["last_delay_ns"] > TIE_NS] if len(ci) else ci
+    ci_sorted = ci.sort_values("instance") if len(ci) else ci
+    ci_ids = ci_sorted["instance"].to_numpy(np.int64) if len(ci) else np.empty(0, np.int64)
+    sizes = ci_sorted["group_size"].to_numpy(np.int64) if len(ci) else np.empty(0, np.int64)
+    counted_ids = np.sort(counted["instance"].to_numpy(np.int64)) if len(counted) else np.empty(0, np.int64)
+    args = []
+    for (a, b), (c, d) in zip(parts.in_range(ci_ids), parts.in_range(counted_ids)):
+        args.append((ci_ids[a:b], sizes[a:b], counted_ids[c:d]))
+    got = parts.map(_stats_part, args)
+    ranks = np.unique(np.concatenate([g[0] for g in got])) if got else np.empty(0, np.int64)
+    per = pd.DataFrame({"rank": np.concatenate([g[1] for g in got]) if got else np.empty(0, np.int64),
+                        **{k: np.concatenate([g[i] for g in got]) if got else np.empty(0, np.int64)
+                           for i, k in enumerate(("n", "decided", "wait", "gsize"), 2)}})
+    per = per.groupby("rank").sum()
     out = pd.DataFrame({"rank": ranks})
-    out["n_instances"] = out["rank"].map(by_rank.size()).fillna(0).astype(np.int64)
-    out["times_last"] = out["rank"].map(counted.groupby("last_rank").size()).fillna(0).astype(np.int64)
+    out["n_instances"] = out["rank"].map(per["n"]).fillna(0).astype(np.int64)
+    out["times_last"] = out["rank"].map(counted.groupby("last_rank").size() if len(counted) else {}) \
+        .fillna(0).astype(np.int64)
     # instances with a clear last arrival (ties — members queued behind one earlier transfer — tell nothing)
-    decided = c_rank[np.isin(iid[sel], counted["instance"].to_numpy())]
-    out["n_decided"] = out["rank"].map(pd.Series(decided).groupby(decided).size()).fillna(0).astype(np.int64)
+    out["n_decided"] = out["rank"].map(per["decided"]).fillna(0).astype(np.int64)
     out["pct_last"] = np.where(out["n_decided"] > 0, out["times_last"] / out["n_decided"].clip(lower=1), 0.0)
-    out["wait_imposed_ns"] = out["rank"].map(counted.groupby("last_rank")["total_wait_ns"].sum()).fillna(0)
-    out["delay_caused_ns"] = out["rank"].map(counted.groupby("last_rank")["last_delay_ns"].sum()).fillna(0)
-    out["wait_suffered_ns"] = out["rank"].map(pd.Series(members["wait_ns"].to_numpy()[sel]).groupby(c_rank)
-                                              .sum()).fillna(0)
-    ci_sorted = ci.sort_values("instance")
-    at = np.searchsorted(ci_sorted["instance"].to_numpy(), iid[sel])
-    size = pd.Series(ci_sorted["group_size"].to_numpy()[at]) if len(sel) else pd.Series([], dtype=np.int64)
-    out["mean_group"] = out["rank"].map(size.groupby(c_rank).mean()).fillna(0)
+    out["wait_imposed_ns"] = out["rank"].map(counted.groupby("last_rank")["total_wait_ns"].sum()
+                                             if len(counted) else {}).fillna(0)
+    out["delay_caused_ns"] = out["rank"].map(counted.groupby("last_rank")["last_delay_ns"].sum()
+                                             if len(counted) else {}).fillna(0)
+    out["wait_suffered_ns"] = out["rank"].map(per["wait"]).fillna(0)
+    out["mean_group"] = out["rank"].map(per["gsize"] / per["n"]).fillna(0)
     return out.sort_values(["wait_imposed_ns", "times_last", "rank"], ascending=[False, False, True],
                            kind="stable").reset_index(drop=True)
 
@@ -202,18 +227,19 @@ def _merge_windows(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     return pd.DataFrame({**{k: c[order[first]] for k, c in zip(keys, cols)}, "lo": lo_s[first], "hi": run[last]})
 
 
-def _exposed(job: Any, hold: pd.DataFrame, members: pd.DataFrame, offset_of: dict, keys: list[str]) -> pd.DataFrame:
+def _exposed(job: Any, hold: pd.DataFrame, members: Any, offset_of: dict, keys: list[str]) -> pd.DataFrame:
     """Per (keys…, member): time inside the holder's hold-ups when that member ran no compute (its own clock)."""
-    # the members of held-up instances other than the holder, as plain lookups (no merged copy of the
-    # member table: 10,000 ranks × thousands of collectives)
+    # the members of held-up instances other than the holder, asked of the member partitions where they are
+    # (only these pairs travel: no copy of the member table, 10,000 ranks × thousands of collectives)
     h = hold.sort_values("instance", kind="stable").reset_index(drop=True)
-    h_inst = h["instance"].to_numpy()
-    iid, member = members["iid"].to_numpy(), members["rank"].to_numpy()
-    at = np.minimum(np.searchsorted(h_inst, iid), max(len(h_inst) - 1, 0))
-    hit = np.flatnonzero((h_inst[at] == iid) if len(h_inst) else np.zeros(len(iid), bool))
-    at, member = at[hit], member[hit]
-    other = member != h["rank"].to_numpy()[at]
-    at, member = at[other], member[other]
+    h_inst = h["instance"].to_numpy(np.int64)
+    holder = h["rank"].to_numpy(np.int64)
+    mp = as_parts(members)
+    spans = mp.in_range(h_inst)
+    got = mp.map(_hits_part, [(h_inst[a:b], holder[a:b], a) for a, b in spans]) if len(h_inst) else []
+    at = np.concatenate([g[0] for g in got]) if got else np.empty(0, np.int64)
+    member = np.concatenate([g[1] for g in got]) if got else np.empty(0, np.int64)
+    del got
     if not len(at):
         return pd.DataFrame({**{k: [] for k in keys}, "member": [], "exposed_ns": []})
     ranks, per_rank = np.unique(member, return_counts=True)
@@ -228,6 +254,20 @@ def _exposed(job: Any, hold: pd.DataFrame, members: pd.DataFrame, offset_of: dic
         sel = by_member[row_cut[a]:row_cut[b]]
         parts.append(_exposed_part(job, h, keys, at[sel], member[sel], ranks[a:b], off[a:b]))
     return pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]  # rows by partition
+
+
+def _hits_part(part: pd.DataFrame, arg: tuple) -> tuple[np.ndarray, np.ndarray]:
+    """Run where a member partition is: for its members of the held-up instances ``h_inst`` (sorted; held up
+    by ``holder``) other than the holder, the hold-up's index (``first`` + position) and the member's rank."""
+    h_inst, holder, first = arg
+    iid, member = part["iid"].to_numpy(), part["rank"].to_numpy()
+    if not len(h_inst):
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    at = np.minimum(np.searchsorted(h_inst, iid), len(h_inst) - 1)
+    hit = np.flatnonzero(h_inst[at] == iid)
+    at, member = at[hit], member[hit]
+    other = member != holder[at]
+    return at[other] + first, member[other]
 
 
 #: The exposure of hold-ups is worked out over partitions of about this many member rows (whole members).
@@ -273,7 +313,7 @@ def _exposed_part(job: Any, h: pd.DataFrame, keys: list[str], at: np.ndarray, me
     return blocks.groupby(keys + ["member"], as_index=False)["exposed_ns"].sum()
 
 
-def step_delays(job: Any, inst: pd.DataFrame, members: pd.DataFrame, offset_of: Optional[dict] = None,
+def step_delays(job: Any, inst: pd.DataFrame, members: Any, offset_of: Optional[dict] = None,
                 by_group: bool = False) -> pd.DataFrame:
     """Per (rank, step) — and process group with ``by_group`` — where it held the others up: longest_ns,
     exposed_ns and delay_ns (the larger).
@@ -310,7 +350,7 @@ def holdup_shares(per_group: pd.DataFrame) -> pd.Series:
     return pd.Series(share.loc[list(main)].to_numpy(), index=main.index)
 
 
-def _median_step(job: Any, members: pd.DataFrame) -> tuple[float, int]:
+def _median_step(job: Any, members: Any) -> tuple[float, int]:
     """Median step time (ns; the traced span without steps) and the number of steps."""
     sm = job.step_metrics
     steps = sorted(s for s in sm["step"].unique() if s >= 0) if sm is not None and len(sm) else []
@@ -318,11 +358,19 @@ def _median_step(job: Any, members: pd.DataFrame) -> tuple[float, int]:
         return float(sm[sm["step"] >= 0].groupby("step")["step_time_ns"].median().median()), len(steps)
     if sm is not None and len(sm):
         return float(sm["step_time_ns"].median()), 1
-    return (float(members["end"].max() - members["start"].min()) if len(members) else float("nan")), 1
+    spans = [s for s in as_parts(members).map(_span_part) if s is not None]
+    return (float(max(e for _, e in spans) - min(b for b, _ in spans)) if spans else float("nan")), 1
 
 
-def analyse(job: Any, inst: pd.DataFrame, members: pd.DataFrame, offset_of: Optional[dict] = None) -> dict:
-    """The `stragglers` section (docs/cross-rank.md) plus internal numbers for the summary."""
+def _span_part(part: pd.DataFrame, _arg: Any) -> Optional[tuple[int, int]]:
+    """Run where a member partition is: its earliest start and latest end."""
+    return (int(part["start"].min()), int(part["end"].max())) if len(part) else None
+
+
+def analyse(job: Any, inst: pd.DataFrame, members: Any, offset_of: Optional[dict] = None) -> dict:
+    """The `stragglers` section (docs/cross-rank.md) plus internal numbers for the summary. ``members``: the
+    member table or its partitions (member_parts.py)."""
+    members = as_parts(members)
     stats = per_rank_stats(inst, members)
     sm = job.step_metrics
     med_step, n_steps = _median_step(job, members)

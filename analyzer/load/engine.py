@@ -34,9 +34,10 @@ class Engine(Protocol):
     def map(self, fn: Callable[[Any], Any], items: Sequence[Any], progress: Progress = None) -> list: ...
 
     def map_keep(self, fn: Callable[[Any], tuple[Any, Any]], items: Sequence[Any],
-                 progress: Progress = None, receive: Receive = None) -> tuple[list, list]:
+                 progress: Progress = None, receive: Receive = None, ship: bool = False) -> tuple[list, list]:
         """``fn(item)`` returns (compact, side): the compacts come back (through ``receive`` as each arrives);
-        each side stays where it was made and is named by the handle returned for it (for :meth:`query`)."""
+        each side stays where it was made and is named by the handle returned for it (for :meth:`query`).
+        ``ship``: the items are data (tables), not file paths: sent to the workers as data, not in the tasks."""
         ...
 
     def query(self, fn: Callable[[Any, Any], Any], handles: Sequence[Any], args: Sequence[Any]) -> list:
@@ -44,6 +45,15 @@ class Engine(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+class EngineClosed(RuntimeError):
+    """Results kept by an engine (interval sets, member partitions) were asked for after it was closed."""
+
+
+CLOSED = ("the engine that kept this analysis' per-rank sets and member partitions is closed "
+          "(Analysis.close(), or the end of its `with` block): read figures, timelines and the member table "
+          "before closing it")
 
 
 def _keep_local(task: tuple) -> tuple[Any, Optional[str]]:
@@ -105,7 +115,7 @@ class LocalEngine:
         return self._folder
 
     def map_keep(self, fn: Callable[[Any], tuple[Any, Any]], items: Sequence[Any],
-                 progress: Progress = None, receive: Receive = None) -> tuple[list, list]:
+                 progress: Progress = None, receive: Receive = None, ship: bool = False) -> tuple[list, list]:
         folder = self._scratch()
         res = self.map(_keep_local, [(fn, it, folder) for it in items],
                        (lambda i, n, t: progress(i, n, t[1])) if progress else None,
@@ -113,6 +123,8 @@ class LocalEngine:
         return [r[0] for r in res], [r[1] for r in res]
 
     def query(self, fn: Callable[[Any, Any], Any], handles: Sequence[Any], args: Sequence[Any]) -> list:
+        if any(h is not None and not os.path.exists(h) for h in handles):
+            raise EngineClosed(CLOSED)
         tasks = [(fn, h, a) for h, a in zip(handles, args)]
         if len(tasks) < 8:  # reading a few pickles costs less than starting workers
             return [_query_local(t) for t in tasks]
@@ -162,11 +174,13 @@ class DaskEngine:
         return self._collect(self.client.map(fn, items, pure=False), items, progress, receive)
 
     def map_keep(self, fn: Callable[[Any], tuple[Any, Any]], items: Sequence[Any],
-                 progress: Progress = None, receive: Receive = None) -> tuple[list, list]:
+                 progress: Progress = None, receive: Receive = None, ship: bool = False) -> tuple[list, list]:
         items = list(items)
         if not items:
             return [], []
-        both = self.client.map(fn, items, pure=False)
+        sent = self.client.scatter(items) if ship else items  # data goes to the workers, not into the graph
+        both = self.client.map(fn, sent, pure=False)
+        del sent
         compact = self.client.map(operator.itemgetter(0), both, pure=False)
         sides = self.client.map(operator.itemgetter(1), both, pure=False)  # stay on the workers
         del both  # the cluster drops each (compact, side) pair once both halves are split off
@@ -191,6 +205,8 @@ class DaskEngine:
     def query(self, fn: Callable[[Any, Any], Any], handles: Sequence[Any], args: Sequence[Any]) -> list:
         if not handles:
             return []
+        if self.client.status in ("closing", "closed"):
+            raise EngineClosed(CLOSED)
         return list(self.client.gather(self.client.map(fn, list(handles), list(args), pure=False)))
 
     def close(self) -> None:

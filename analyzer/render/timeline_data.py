@@ -34,15 +34,23 @@ def rank_lanes(job: Any, windows: dict[int, tuple[int, int]]) -> dict[int, dict[
     return job.lanes(windows)
 
 
-class _Tables:
-    def __init__(self, instances: pd.DataFrame, members: pd.DataFrame):
-        self.instances, self.members = instances, members
+def _cross_rank(job: Any, report: dict) -> Any:
+    """The job's cross-rank analysis, the very one the report was built from (its member table stays in
+    partitions where they were built: the figures fetch only the rows they draw)."""
+    from analyzer.report.views import cross_rank_of
+    return cross_rank_of(job, report)
 
 
-def _cross_rank(job: Any, report: dict) -> _Tables:
-    """The job's cross-rank tables, the very ones the report was built from, as the report stage hands them."""
-    from analyzer.report.views import cross_rank_tables
-    return _Tables(*cross_rank_tables(job, report))
+def _collective_rows(part: pd.DataFrame, arg: tuple) -> pd.DataFrame:
+    """Run where a member partition is: its collective members (of the ``steps``; of the ``ranks``), the
+    ``columns`` only."""
+    columns, steps, ranks = arg
+    keep = part["kind"].to_numpy() == "collective"
+    if steps is not None:
+        keep &= part["step"].isin(steps).to_numpy()
+    if ranks is not None:
+        keep &= part["rank"].isin(ranks).to_numpy()
+    return part.loc[keep, columns]
 
 
 def instances(job: Any, report: dict, steps: Optional[list[int]] = None) -> pd.DataFrame:
@@ -52,13 +60,10 @@ def instances(job: Any, report: dict, steps: Optional[list[int]] = None) -> pd.D
     its own step start instead, as the timelines draw them.
     """
     cols = ["rank", "step", "iid", "op", "start", "end"]
-    m = _cross_rank(job, report).members
-    if m is None or m.empty:
+    parts = _cross_rank(job, report).parts
+    if not len(parts):
         return pd.DataFrame(columns=cols)
-    m = m[m["kind"] == "collective"]
-    if steps is not None:
-        m = m[m["step"].isin(steps)]
-    m = m[cols].copy()
+    m = parts.frame(_collective_rows, [(cols, steps, None)] * len(parts.parts)).copy()
     _, aligned = offsets_ns(report)
     if not aligned and len(m):
         starts = {(r, s): (w[0] if w else 0) for r, s in set(zip(m["rank"], m["step"]))
@@ -74,11 +79,12 @@ def wait_matrix(job: Any, report: dict, ranks: list[int]) -> np.ndarray:
     n = len(ranks)
     w = np.zeros((n, n))
     cr = _cross_rank(job, report)
-    m, inst = cr.members, cr.instances
-    if m is None or m.empty or inst is None or inst.empty:
+    parts, inst = cr.parts, cr.instances
+    if not len(parts) or inst is None or inst.empty:
         return w
-    m = m[m["kind"] == "collective"].merge(inst[["instance", "last_rank"]], left_on="iid", right_on="instance")
     pos = {r: i for i, r in enumerate(ranks)}
+    m = parts.frame(_collective_rows, [(["iid", "rank", "wait_ns"], None, list(pos))] * len(parts.parts))
+    m = m.merge(inst[["instance", "last_rank"]], left_on="iid", right_on="instance")
     m = m[m["rank"].isin(pos) & m["last_rank"].isin(pos)]
     np.add.at(w, (m["rank"].map(pos).to_numpy(), m["last_rank"].map(pos).to_numpy()), m["wait_ns"].to_numpy() / 1000.0)
     np.fill_diagonal(w, 0.0)

@@ -34,10 +34,14 @@ def offsets_ns(report: dict) -> tuple[dict[int, int], bool]:
     return {int(r["rank"]): int(round((r.get("offset_us") or 0.0) * 1000)) for r in rows}, True
 
 
-def _cross_rank(job: Job, report: dict):
+def cross_rank_of(job: Job, report: dict):
+    """The CrossRank the report was built from (computed once per job: analyzer/cross_rank/section.py)."""
     from analyzer.cross_rank.section import analyse
     gpn = ((report.get("cross_rank") or {}).get("hosts") or {}).get("gpus_per_node")
     return analyse(job, gpn)
+
+
+_cross_rank = cross_rank_of
 
 
 def cross_rank_tables(job: Job, report: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
