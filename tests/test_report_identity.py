@@ -136,7 +136,8 @@ def test_member_partitions_kept_by_the_engine_give_the_same_report(dask_engine, 
     pool = LocalEngine(2)
     for i, job in enumerate(PARTED_JOBS):
         monkeypatch.setattr(co, "PARTITION_ROWS", max(4, len(want[job][2]) // 5))  # 5-6 parts of whole instances
-        for engine in (None, dask_engine) + ((pool,) if i < 2 else ()):  # (the pool: same code as one process)
+        # one process and Dask on the first two, Dask on the rest (one process and the pool run the same code)
+        for engine in ((None, dask_engine, pool) if i < 2 else (dask_engine,)):
             a = analyzer.load(job, jobs=1) if engine is None else analyzer.load(job, engine=engine)
             cr = _cross_rank(a)
             assert cr.parts.remote and 4 <= len(cr.parts.parts) <= 8, job
