@@ -20,7 +20,11 @@ from parsers.errors import InputError
 from tests.kineto_builder import kernel, nccl, runtime, step, trace, write
 
 ROOT = Path(__file__).resolve().parent.parent
-REAL = sorted(p for p in (ROOT / "fixtures").rglob("*.json.gz"))
+# real-cpu-perf-2 holds 96 traces of one producer (torch 2.13's CPU profiler) that real-cpu-perf already covers:
+# one of its runs is sliced here, the rest would add ~15 s of CI and no new token shapes.
+_BED2 = ROOT / "fixtures" / "real-cpu-perf-2"
+REAL = sorted(p for p in (ROOT / "fixtures").rglob("*.json.gz")
+              if _BED2 not in p.parents or p.parent.name == "fsdp3-compute-25")
 
 
 def _same(a, b) -> None:
