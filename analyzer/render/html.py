@@ -21,7 +21,7 @@ h1{font-size:1.5em;margin:.3em 0} h2{font-size:1.2em;margin-top:1.6em;border-bot
 .finding.error{border-color:#c62828}.finding.warning{border-color:#ef6c00}.finding.info{border-color:#1565c0}
 .sev{font-weight:bold;text-transform:uppercase;font-size:.85em}
 .error .sev{color:#c62828}.warning .sev{color:#ef6c00}.info .sev{color:#1565c0}
-.meta{color:#666;font-size:.9em} .fix{margin-top:4px}
+.meta{color:#666;font-size:.9em} .about{display:grid;grid-template-columns:max-content 1fr;gap:2px 12px;font-size:.9em;color:#444} .about dt{font-weight:600} .about dd{margin:0} .fix{margin-top:4px}
 figure{margin:12px 0;background:#fff;border:1px solid #e0e0e0;padding:8px}
 figure img{max-width:100%;height:auto;display:block} figcaption{color:#555;font-size:.9em;margin-top:4px}
 table{border-collapse:collapse;background:#fff;font-size:.88em;margin:8px 0}
@@ -129,6 +129,15 @@ def _header(report: dict) -> str:
             f'<p class="meta">inputs: {inputs.get("read", 0)} read, {inputs.get("salvaged", 0)} salvaged, '
             f'{inputs.get("skipped", 0)} skipped, {inputs.get("failed", 0)} failed · '
             f'{_e(tool.get("name", "analyze"))} {_e(tool.get("version", ""))}</p>')
+
+
+def _about(report: dict) -> str:
+    """What the report describes (the ``about`` block): job, collection date, versions, inputs, analysis time."""
+    from analyzer.render.about import about_lines
+    lines = about_lines(report)
+    if not lines:
+        return ""
+    return ('<dl class="about">' + "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in lines) + "</dl>")
 
 
 def _findings(report: dict) -> str:
@@ -305,8 +314,9 @@ def _problems(report: dict) -> str:
 
 def render_html(report: dict, job: Any = None) -> str:
     """The self-contained HTML report; the timelines, wait matrix and bandwidth plot need the loaded ``job``."""
-    title = f"analyze: {report.get('verdict', '')}"
-    body = (_header(report) + _findings(report) + _hang(report) + _baseline(report) + _figures(report, job)
+    from analyzer.render.about import title as about_title
+    title = f"analyze: {about_title(report)}"
+    body = (_header(report) + _about(report) + _findings(report) + _hang(report) + _baseline(report) + _figures(report, job)
             + _tables(report) + _problems(report))
     return sanitize.guard_ci_lines("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"

@@ -75,6 +75,15 @@ def _head(report: dict) -> list[str]:
     return out
 
 
+def _about(report: dict) -> list[str]:
+    """What the report describes (the ``about`` block) as a short list under the title."""
+    from analyzer.render.about import about_lines
+    lines = about_lines(report)
+    if not lines:
+        return []
+    return [f"- **{k}** {md_escape(v)}" for k, v in lines] + [""]
+
+
 def _findings(report: dict) -> list[str]:
     findings = report.get("findings") or []
     out = ["", "### Findings", ""]
@@ -197,6 +206,8 @@ def _problems(report: dict) -> list[str]:
 
 def render_markdown(report: dict) -> str:
     """The report as a Markdown summary that pastes into an issue tracker."""
-    out = _head(report) + _findings(report) + _hang(report) + _baseline(report) + _ranks(report) + _groups(report)
+    out = _head(report)
+    out[2:2] = _about(report)
+    out = out + _findings(report) + _hang(report) + _baseline(report) + _ranks(report) + _groups(report)
     out += _steps(report) + _problems(report)
     return sanitize.guard_ci_lines("\n".join(out) + "\n")

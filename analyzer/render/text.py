@@ -91,6 +91,12 @@ def _summary(report: dict, paint: _Painter) -> list[str]:
     return out
 
 
+def _about(report: dict) -> list[str]:
+    """What the report describes (job, collection date, versions, inputs, when analysed): the ``about`` block."""
+    from analyzer.render.about import about_lines
+    return [f"{k}: {one_line(v)}" for k, v in about_lines(report)]
+
+
 def _shape(report: dict) -> str:
     """'tp=2 pp=2 dp=2 (pipeline 1f1b, p=2 m=4)' from the process-group roles, '' when unknown."""
     return job_shape(report)
@@ -268,6 +274,7 @@ def render_text(report: dict[str, Any], color: bool = False, verbose: Optional[b
     """Human-readable report for a terminal or a CI log (ANSI colours only when ``color``)."""
     paint = _Painter(color)
     out = _summary(report, paint)
+    out[1:1] = _about(report)
     out += _findings(report, paint)
     out += _hang(report, paint)
     out += _baseline(report, paint)
