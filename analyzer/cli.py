@@ -61,8 +61,10 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--timeline", metavar="FILE",
                      help="also write one Chrome/Perfetto trace of every rank on the aligned clock "
                           "(FILE.json or FILE.json.gz; open in ui.perfetto.dev or chrome://tracing)")
+    from analyzer.render.timeline import DEFAULT_MAX_EVENTS
     out.add_argument("--timeline-max-events", type=_positive_int, default=None, metavar="N",
-                     help="thin the timeline past N events (default 2,000,000; the file says what was left out)")
+                     help=f"at most N events in the timeline, metadata included (default {DEFAULT_MAX_EVENTS:,}): "
+                          "past it ranks are sampled and the shortest events left out, and the file says what")
     out.add_argument("-v", "--verbose", action="store_true",
                      help="list every skipped input file (default: counts by reason and the first few)")
     out.add_argument("--fail-on", choices=("error", "warning", "never"), default="error",
