@@ -12,6 +12,13 @@ from analyzer.render.common import printable
 MAX_INPUTS_SHOWN = 3
 
 
+def steps_label(steps: list[int]) -> str:
+    """'steps 5-6 (2 profiled)', 'step 10 (1 profiled)': ProfilerStep numbers are labels, not counts."""
+    from analyzer.render.common import ranges
+    n = len(steps)
+    return f"{'step' if n == 1 else 'steps'} {ranges(steps)} ({n} profiled)"
+
+
 def job_name(report: dict) -> Optional[str]:
     """The job's name for a title: its label (folder or job label), with the torchrun run id when known."""
     job = (report.get("about") or {}).get("job") or {}

@@ -101,9 +101,10 @@ def _header(report: dict) -> str:
         facts.append(f"hosts {len(hosts)}")
     steps = s.get("steps") or []
     if steps:
-        facts.append("whole trace" if steps == [-1] else f"steps {ranges(steps)}")
+        from analyzer.render.about import steps_label
+        facts.append("whole trace" if steps == [-1] else steps_label(steps))
     if s.get("mean_step_time_us") is not None:
-        facts += [f"mean step {ms(s['mean_step_time_us'])} ms", f"step spread {pct(s.get('max_step_time_spread'))}",
+        facts += [f"mean step {ms(s['mean_step_time_us'])} ms", f"worst-step spread {pct(s.get('max_step_time_spread'))}",
                   f"comm share {pct(s.get('comm_share'))}", f"exposed comm {pct(s.get('exposed_comm_share'))}",
                   f"overlap {pct(s.get('overlap_coverage'))}", f"idle {pct(s.get('idle_share'))}"]
     strag = (cr.get("stragglers") or {}).get("straggler")

@@ -59,13 +59,16 @@ def _head(report: dict) -> list[str]:
         facts.append(f"**hosts** {len(hosts)}")
     steps = s.get("steps") or []
     if steps:
-        facts.append("**steps** whole trace" if steps == [-1] else f"**steps** {ranges(steps)}")
+        from analyzer.render.about import steps_label
+        label = steps_label(steps)
+        facts.append("**steps** whole trace" if steps == [-1] else f"**{label.split(' ', 1)[0]}** {label.split(' ', 1)[1]}")
     if s.get("mean_step_time_us") is not None:
         facts.append(f"**mean step** {ms(s['mean_step_time_us'])} ms")
         facts.append(f"**comm share** {pct(s.get('comm_share'))}")
         facts.append(f"**exposed comm** {pct(s.get('exposed_comm_share'))}")
         facts.append(f"**overlap** {pct(s.get('overlap_coverage'))}")
-        facts.append(f"**step spread** {pct(s.get('max_step_time_spread'))}")
+        facts.append(f"**idle** {pct(s.get('idle_share'))}")
+        facts.append(f"**worst-step spread** {pct(s.get('max_step_time_spread'))}")
     out.append(" · ".join(facts))
     out.append("")
     out.append(f"Inputs: {inputs.get('read', 0)} read, {inputs.get('salvaged', 0)} salvaged, "

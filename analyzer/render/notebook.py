@@ -31,7 +31,9 @@ def headline(report: dict) -> list[tuple[str, str]]:
         out.append(("missing ranks", ranges(job["missing_ranks"])))
     steps = s.get("steps") or []
     if steps:
-        out.append(("steps", "whole trace" if steps == [-1] else ranges(steps)))
+        from analyzer.render.about import steps_label
+        label = "steps whole trace" if steps == [-1] else steps_label(steps)
+        out.append(tuple(label.split(" ", 1)))
     if s.get("mean_step_time_us") is not None:
         out += [("mean step", f"{ms(s['mean_step_time_us'])} ms"), ("comm share", pct(s.get("comm_share"))),
                 ("exposed comm", pct(s.get("exposed_comm_share"))), ("idle", pct(s.get("idle_share")))]
