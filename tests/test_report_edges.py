@@ -213,3 +213,14 @@ def test_a_percentage_threshold_decides_as_the_fraction_does(tmp_path):
                      f"idle_share_max={value}", "--json", str(out), "-o", str(tmp_path / "r.txt")]) in (0, 1)
         ids[value] = [f["id"] for f in json.loads(out.read_text())["findings"]]
     assert "LOAD003" not in ids["99%"] and "LOAD003" in ids["15%"]
+
+
+def test_the_torchrun_run_id_comes_from_its_log_dir_layout(tmp_path, capsys):
+    src = ROOT / "fixtures/stderr/real-cpu/local_ranks_filter/logs"
+    shutil.copytree(src / "none_5tte9pyl", tmp_path / "logs" / "llama-ft-42_5tte9pyl")
+    out = tmp_path / "r.json"
+    main([str(tmp_path / "logs"), "-q", "--jobs", "1", "--json", str(out), "-o", str(tmp_path / "r.txt")])
+    assert json.loads(out.read_text())["about"]["job"]["run_id"] == "llama-ft-42"
+    assert "(run llama-ft-42)" in (tmp_path / "r.txt").read_text()
+    main([str(src), "-q", "--jobs", "1", "--json", str(out), "-o", str(tmp_path / "r.txt")])
+    assert "run_id" not in json.loads(out.read_text())["about"]["job"]  # 'none': torchrun's default, no id

@@ -1,8 +1,8 @@
 """Tell apart the jobs whose traces share one input folder, so one run analyses one job.
 
 Signals, strongest first: sibling sub-folders that each hold the same rank (two runs side by side, even identical
-copies: a folder is a boundary the user made — per-host sub-folders with different ranks are one job); traces that disagree on the world size; wall-clock windows that do not
-overlap and lie far apart (epoch timestamps only: ranks of one job profile the same steps). Docs: docs/api.md.
+copies: a folder is a boundary the user made — per-host sub-folders with different ranks are one job); traces
+that disagree on the world size; wall-clock windows that do not overlap and lie far apart (epoch timestamps only: ranks of one job profile the same steps). Docs: docs/api.md.
 """
 from __future__ import annotations
 

@@ -61,7 +61,8 @@ def _head(report: dict) -> list[str]:
     if steps:
         from analyzer.render.about import steps_label
         label = steps_label(steps)
-        facts.append("**steps** whole trace" if steps == [-1] else f"**{label.split(' ', 1)[0]}** {label.split(' ', 1)[1]}")
+        word, rest = label.split(" ", 1)
+        facts.append("**steps** whole trace" if steps == [-1] else f"**{word}** {rest}")
     if s.get("mean_step_time_us") is not None:
         facts.append(f"**mean step** {ms(s['mean_step_time_us'])} ms")
         facts.append(f"**comm share** {pct(s.get('comm_share'))}")

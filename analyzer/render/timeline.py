@@ -301,7 +301,8 @@ def build_timeline(report: dict, tin: Any, max_events: int = DEFAULT_MAX_EVENTS)
         groups = sorted(set(track), key=lambda g: (not g.split()[0].isdigit(),
                                                    int(g.split()[0]) if g.split()[0].isdigit() else 0, g))
         gtid = {g: TID_GROUP0 + i for i, g in enumerate(groups)}
-        for pid_, g in sorted({(int(r_), t) for t, r_ in zip(track, m["rank"])}, key=lambda x: (x[0], groups.index(x[1]))):
+        for pid_, g in sorted({(int(r_), t) for t, r_ in zip(track, m["rank"])},
+                              key=lambda x: (x[0], groups.index(x[1]))):
             what = f"send/recv: process group {g}" if "→" in g else f"collectives: process group {g}"
             threads[(pid_, gtid[g])] = (what, gtid[g])
         for pid_ in sorted(set(int(x) for x in m["rank"])):
