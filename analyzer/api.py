@@ -23,7 +23,7 @@ class InputPathError(FileNotFoundError):
         super().__init__(f"no such file or folder: {', '.join(missing)}")
 
 
-@dataclass
+@dataclass(repr=False)
 class Analysis:
     """One analysed job. Tables are pandas DataFrames built on first use; times are µs, bandwidths GB/s,
     shares fractions 0-1, and "aligned" times have each rank's clock offset applied (docs/api.md)."""
@@ -34,6 +34,17 @@ class Analysis:
     _cache: dict = field(default_factory=dict, repr=False)
     #: whether load() started the job's engine (then close() stops it)
     _owns_engine: bool = field(default=False, repr=False)
+
+    def __repr__(self) -> str:
+        """A few lines for a notebook or a REPL: verdict, headline numbers, the top findings (the tables and the
+        whole report stay behind their attributes)."""
+        from analyzer.render.notebook import analysis_repr
+        return analysis_repr(self.report)
+
+    def _repr_html_(self) -> str:
+        """What Jupyter shows for an Analysis: the same summary as a small HTML table (escaped)."""
+        from analyzer.render.notebook import analysis_repr_html
+        return analysis_repr_html(self.report)
 
     def _get(self, key: str, build: Callable[[], Any]) -> Any:
         if key not in self._cache:
@@ -186,9 +197,37 @@ def load(paths: Union[PathLike, Iterable[PathLike]], *, job: Optional[str] = Non
         engine = make_engine(default_workers() if jobs is None else max(1, jobs), dask)
     loaded = load_job(ps, jobs=jobs, progress=progress, select_job=job, comm_kernels=comm_kernels, engine=engine)
     report = run_analysis(loaded, options)
+    _add_about(report, loaded, ps)
     if baseline is not None and report.get("analysed", True):
         _apply_baseline(report, os.fspath(baseline), options, jobs, regression_thresholds or {})
     return Analysis(loaded, report, fail_on, _owns_engine=owns)
+
+
+def job_label(loaded: Any, paths: list[str]) -> Optional[str]:
+    """What to call the job in a title: the chosen job's label when the inputs held several, else the folder
+    given (or the folder holding the files given)."""
+    sel = next((j for j in getattr(loaded, "jobs", None) or [] if j.get("selected")), None)
+    if sel is not None and sel.get("label"):
+        return str(sel["label"])
+    dirs = [os.path.abspath(p) if os.path.isdir(p) else os.path.dirname(os.path.abspath(p)) for p in paths]
+    if not dirs:
+        return None
+    try:
+        common = os.path.commonpath(dirs)
+    except ValueError:  # different drives
+        return None
+    return os.path.basename(common.rstrip(os.sep)) or common
+
+
+def _add_about(report: dict, loaded: Any, paths: list[str]) -> None:
+    """The report's ``about`` block (inputs, job identity, versions, when analysed): analyzer/report/about.py.
+    Kept in the JSON right after ``tool`` so a reader of the file meets it first."""
+    from analyzer.report.about import about_section
+    about = about_section(loaded, paths, job_label(loaded, paths))
+    items = list(report.items())
+    at = next((i + 1 for i, (k, _) in enumerate(items) if k == "tool"), len(items))
+    report.clear()
+    report.update(items[:at] + [("about", about)] + items[at:])
 
 
 def _apply_baseline(report: dict, source: str, options: Any, jobs: Optional[int], thresholds: dict) -> None:

@@ -61,8 +61,10 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--timeline", metavar="FILE",
                      help="also write one Chrome/Perfetto trace of every rank on the aligned clock "
                           "(FILE.json or FILE.json.gz; open in ui.perfetto.dev or chrome://tracing)")
+    from analyzer.render.timeline import DEFAULT_MAX_EVENTS
     out.add_argument("--timeline-max-events", type=_positive_int, default=None, metavar="N",
-                     help="thin the timeline past N events (default 2,000,000; the file says what was left out)")
+                     help=f"at most N events in the timeline, metadata included (default {DEFAULT_MAX_EVENTS:,}): "
+                          "past it ranks are sampled and the shortest events left out, and the file says what")
     out.add_argument("-v", "--verbose", action="store_true",
                      help="list every skipped input file (default: counts by reason and the first few)")
     out.add_argument("--fail-on", choices=("error", "warning", "never"), default="error",
@@ -156,6 +158,43 @@ def _targets(args: argparse.Namespace) -> list[tuple[str, Optional[str]]]:
     return out
 
 
+def _destinations(args: argparse.Namespace, targets: list[tuple[str, Optional[str]]]) -> list[tuple[str, str]]:
+    """(option as typed, file) for every output file asked for (stdout, '-', left out)."""
+    out = []
+    for fmt, path in targets:
+        if path is None:
+            continue
+        explicit = getattr(args, f"out_{fmt}", None)
+        out.append((f"--{fmt}" if explicit == path else "-o", path))
+    if args.timeline not in (None, "-"):
+        out.append(("--timeline", args.timeline))
+    return out
+
+
+def check_outputs(destinations: list[tuple[str, str]]) -> list[str]:
+    """One message per output file that could not be written, found before any input is read (a typo in
+    ``--html`` must not cost the whole analysis first): a folder given as a file, a folder that does not exist,
+    a folder or file without write permission. Nothing is created."""
+    bad = []
+    for opt, path in destinations:
+        shown = _one_line(path)
+        if not path.strip():
+            bad.append(f"{opt}: empty file name")
+        elif os.path.isdir(path):
+            bad.append(f"{opt} {shown}: is a folder; give a file name inside it")
+        else:
+            parent = os.path.dirname(os.path.abspath(path))
+            if not os.path.isdir(parent):
+                what = "is not a folder" if os.path.exists(parent) else "does not exist"
+                bad.append(f"{opt} {shown}: cannot write there: {_one_line(parent)} {what}")
+            elif os.path.exists(path) and not os.access(path, os.W_OK):
+                bad.append(f"{opt} {shown}: cannot write there: the file is not writable")
+            elif not os.path.exists(path) and not os.access(parent, os.W_OK | os.X_OK):
+                bad.append(f"{opt} {shown}: cannot write there: no permission to create files in "
+                           f"{_one_line(parent)}")
+    return bad
+
+
 def _reports_asked(args: argparse.Namespace) -> bool:
     """Did the user ask for a report document (a file, a format, a stream) beyond the default text?"""
     return (args.output is not None or args.format is not None or args.timeline is not None
@@ -242,6 +281,11 @@ def _run(argv: Optional[list[str]] = None) -> int:
         return EXIT_USAGE
     except UsageError as exc:
         print(f"analyze: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    bad_outputs = check_outputs(_destinations(args, targets))
+    if bad_outputs:
+        for msg in bad_outputs:
+            print(f"analyze: error: {msg}", file=sys.stderr)
         return EXIT_USAGE
     from analyzer.report.baseline import parse_threshold
     thresholds = {}

@@ -63,8 +63,12 @@ def _parse_threshold(name: str, value: Any, where: str) -> tuple[str, float]:
         raise ConfigError(f"{where}: unknown threshold {name!r} (known: {', '.join(sorted(THRESHOLDS))})")
     if isinstance(value, bool):
         raise ConfigError(f"{where}: threshold {key} needs a number, got {value!r}")
+    percent = isinstance(value, str) and value.strip().endswith("%")
+    if percent and THRESHOLDS[key].unit != "fraction":
+        raise ConfigError(f"{where}: threshold {key} is in {THRESHOLDS[key].unit}, not a fraction: "
+                          f"'%' does not apply, got {value!r}")
     try:
-        num = float(value)
+        num = float(value.strip()[:-1]) / 100 if percent else float(value)
     except (TypeError, ValueError):
         raise ConfigError(f"{where}: threshold {key} needs a number, got {value!r}") from None
     if not (-float("inf") < num < float("inf")):
@@ -190,7 +194,8 @@ def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
                    help="run only these rules (ids or prefixes, comma-separated, e.g. HANG,NET002; default ALL)")
     g.add_argument("--ignore", action="append", metavar="IDS", help="skip these rules (ids or prefixes)")
     g.add_argument("--threshold", action="append", metavar="NAME=VALUE",
-                   help="override a rule threshold (repeatable; names in analyze --explain ID)")
+                   help="override a rule threshold, e.g. idle_share_max=0.2 or idle_share_max=20%% (repeatable; "
+                        "names in analyze --explain ID)")
     g.add_argument("--config", metavar="FILE", help="read [tool.analyze] from this file instead of searching "
                                                    "analyze.toml / pyproject.toml from the current folder upwards")
     g.add_argument("--isolated", action="store_true", help="ignore configuration files")

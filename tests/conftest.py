@@ -1,9 +1,14 @@
 """Shared fixtures: paths to the bundled data."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+
+# Reports carry the time of the analysis (about.analysed_at); tests that compare two reports (engines, CLI and
+# API) would differ when a second ticks between them. SOURCE_DATE_EPOCH fixes it, as for reproducible builds.
+os.environ.setdefault("SOURCE_DATE_EPOCH", "1764547200")
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"

@@ -96,3 +96,26 @@ def test_the_text_report_says_which_job(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "job: run2 (2 jobs in the inputs; not analysed: run1; choose with --job)" in out
     assert "INPUT005" in out
+
+
+def test_copies_of_a_real_run_in_sibling_folders_are_two_jobs(tmp_path, capsys):
+    """runs/run1 and runs/run2 hold byte-identical copies of one real run: the folders are the user's job
+    boundary, so they are two jobs (not one with duplicate ranks) and --job run2 analyses the second."""
+    import json
+    import shutil
+    src = Path(__file__).resolve().parents[1] / "fixtures/real-cpu/ddp-clean"
+    for name in ("run1", "run2"):
+        shutil.copytree(src, tmp_path / "runs" / name)
+    out = tmp_path / "r.json"
+    assert main([str(tmp_path / "runs"), "-q", "--job", "run2", "--format", "json", "-o", str(out)]) == 0
+    rep = json.loads(out.read_text())
+    jobs = rep["inputs"]["jobs"]
+    assert [(j["label"], j["ranks"], j["selected"]) for j in jobs] == [("run1", [0, 1, 2, 3], False),
+                                                                       ("run2", [0, 1, 2, 3], True)]
+    assert all("/runs/run2/" in r["file"] for r in rep["ranks"]) and len(rep["ranks"]) == 4
+    assert not any("duplicate rank" in (f["message"] or "") for f in rep["inputs"]["files"])
+    assert rep["about"]["job"]["label"] == "run2"
+    assert "INPUT005" in [f["id"] for f in rep["findings"]]
+    assert main([str(tmp_path / "runs"), "-q"]) == 0
+    text = capsys.readouterr().out
+    assert "2 jobs in the inputs; not analysed: run2" in text

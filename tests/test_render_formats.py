@@ -62,7 +62,9 @@ def test_sarif_validates_against_the_official_2_1_0_schema():
     assert res["STRAG001"]["level"] == "error" and res["NCCL003"]["level"] == "warning"
     assert res["COMM001"]["level"] == "note"
     loc = res["NCCL003"]["locations"][0]["physicalLocation"]
-    assert loc == {"artifactLocation": {"uri": "logs/nccl%20rank0.log"}, "region": {"startLine": 42}}
+    assert loc == {"artifactLocation": {"uri": "logs/nccl%20rank0.log", "uriBaseId": "SRCROOT"},
+                   "region": {"startLine": 42}}
+    assert run["originalUriBaseIds"]["SRCROOT"]["uri"].startswith("file:///")
     assert all(ids[r["ruleIndex"]] == r["ruleId"] for r in run["results"])
 
 

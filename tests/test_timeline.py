@@ -54,7 +54,8 @@ def test_every_event_follows_the_chrome_trace_format(doc):
         if e["ph"] == "X":
             assert e["dur"] >= 0 and e["ts"] >= 0
         if e["ph"] in ("s", "f"):
-            assert isinstance(e["id"], int) and e["bp"] == "e" and e["cat"] == "collective"
+            assert isinstance(e["id"], int) and e["cat"] in ("collective", "launch")
+            assert e["ph"] == "s" or e["bp"] == "e"  # an end binds to the slice it sits in, not the next one
         if e["ph"] == "i":
             assert e["s"] in ("p", "g", "t")
     json.dumps(doc)  # serialisable as is
@@ -93,7 +94,7 @@ def test_each_flow_joins_the_same_collective_and_all_its_ranks(doc, straggler):
     by = _slices_by_track(ev)
     ends = defaultdict(dict)
     for e in ev:
-        if e["ph"] in ("s", "f"):
+        if e["ph"] in ("s", "f") and e["cat"] == "collective":
             assert e["id"] not in ends or e["ph"] not in ends[e["id"]], "one start and one finish per flow"
             ends[e["id"]][e["ph"]] = e
     assert ends and all(set(v) == {"s", "f"} for v in ends.values())
@@ -135,9 +136,11 @@ def test_size_is_bounded_and_the_file_says_what_was_left_out(straggler):
     full = build_timeline(straggler.report, straggler.timeline_input())
     assert full["otherData"]["thinned"] == "" and full["otherData"]["activity_events_left_out"] == 0
     n = len(full["traceEvents"])
-    small = build_timeline(straggler.report, straggler.timeline_input(), max_events=n // 2)
+    # room for everything but the host side and a hundred kernels: the host side goes first, then short kernels
+    limit = n - full["otherData"]["host_events"] - 2 * full["otherData"]["launch_flows"] - 100
+    small = build_timeline(straggler.report, straggler.timeline_input(), max_events=limit)
     o = small["otherData"]
-    assert len(small["traceEvents"]) <= n // 2 + 1
+    assert len(small["traceEvents"]) <= limit and o["host_events"] == 0 and o["launch_flows"] == 0
     assert o["activity_events_left_out"] > 0 and o["shortest_activity_kept_us"] > 0 and "left out" in o["thinned"]
     kept = [e["dur"] for e in small["traceEvents"] if e["ph"] == "X" and e["cat"] in ("compute", "comm", "memcpy")]
     assert min(kept) >= o["shortest_activity_kept_us"] - 0.001
@@ -145,7 +148,7 @@ def test_size_is_bounded_and_the_file_says_what_was_left_out(straggler):
     tiny = build_timeline(straggler.report, straggler.timeline_input(), max_events=600)
     t = tiny["otherData"]
     assert t["ranks_left_out"] and 9 in {e["pid"] for e in tiny["traceEvents"]}  # the finding's rank is kept
-    assert len(tiny["traceEvents"]) <= 600 + 1
+    assert len(tiny["traceEvents"]) <= 600
 
 
 def test_cli_writes_a_gzipped_timeline(tmp_path, capsys):
@@ -166,3 +169,69 @@ def test_timeline_to_stdout_is_the_only_document_there(capsys):
     assert doc["otherData"]["ranks_drawn"] == 8
     assert main([str(ROOT / "fixtures/sim/ddp_clean"), "-q", "--timeline", "-", "--json", "-"]) == 2
     assert "would both go to stdout" in capsys.readouterr().err
+
+
+# ---- the file as Perfetto reads it: flows keyed by (cat, name, id), ends bound to enclosing slices, slices nested,
+# one named process per rank, a hard event limit (tests/trace_event_rules.py)
+
+from tests.trace_event_rules import violations  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def dlrm():
+    """A real 8-GPU trace set (PARAM DLRM, fixtures/corpus): CPU ops, runtime calls and kernels with args."""
+    return analyzer.load(ROOT / "fixtures/corpus/param-dlrm_kineto")
+
+
+def test_the_16_rank_timeline_joins_in_perfetto(doc, straggler):
+    assert violations(doc) == []
+    procs = {e["pid"]: e["args"]["name"] for e in doc["traceEvents"] if e["ph"] == "M" and e["name"] == "process_name"}
+    assert {p: n.split(" (")[0] for p, n in procs.items()} == {r: f"rank {r}" for r in range(16)}
+    p2p = [e for e in doc["traceEvents"] if e["ph"] in ("s", "f") and e["name"].startswith("send/recv")]
+    assert p2p and len(p2p) % 2 == 0  # send/recv flows carry one name at both ends
+    assert doc["otherData"]["clock"].startswith("aligned")
+
+
+@pytest.mark.slow  # loads an 8-rank real trace set (or a real run) and re-reads every rank
+def test_a_real_trace_keeps_cpu_ops_runtime_calls_kernel_args_and_launch_arrows(dlrm):
+    d = build_timeline(dlrm.report, dlrm.timeline_input())
+    assert violations(d) == []
+    ev = d["traceEvents"]
+    from parsers.kineto_host import host_events
+    want = sum(len(host_events(t.path)[0]) for t in dlrm.job.traces.values())
+    host = [e for e in ev if e["ph"] == "X" and e["cat"] in ("cpu_op", "user_annotation", "runtime")]
+    assert len(host) == want == d["otherData"]["host_events"] and {e["cat"] for e in host} >= {"cpu_op", "runtime"}
+    kernels = [e for e in ev if e["ph"] == "X" and e["cat"] in ("compute", "comm") and e.get("args")]
+    assert kernels and all("correlation" in e["args"] for e in kernels)
+    assert any("grid" in e["args"] for e in kernels)
+    launch = [e for e in ev if e["ph"] in ("s", "f") and e["cat"] == "launch"]
+    assert len(launch) == 2 * d["otherData"]["launch_flows"] > 0
+    streams = {(e["pid"], e["tid"]) for e in ev if e["ph"] == "M" and e["name"] == "thread_name"
+               and e["args"]["name"].startswith("GPU stream")}
+    assert all((e["pid"], e["tid"] % 1_000_000) in streams for e in launch if e["ph"] == "f")
+
+
+@pytest.mark.slow  # loads an 8-rank real trace set (or a real run) and re-reads every rank
+@pytest.mark.parametrize("limit", [1, 7, 600, 5000])
+def test_max_events_is_a_hard_limit_and_the_file_still_joins(dlrm, limit):
+    d = build_timeline(dlrm.report, dlrm.timeline_input(), max_events=limit)
+    assert len(d["traceEvents"]) <= limit and d["otherData"]["events"] == len(d["traceEvents"])
+    assert violations(d) == []
+    assert d["otherData"]["thinned"]
+
+
+def test_help_states_the_default_event_limit(capsys):
+    from analyzer.render.timeline import DEFAULT_MAX_EVENTS
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"default {DEFAULT_MAX_EVENTS:,}" in out
+
+
+@pytest.mark.slow  # loads an 8-rank real trace set (or a real run) and re-reads every rank
+def test_cli_timeline_of_a_real_run_joins(tmp_path):
+    out = tmp_path / "t.json"
+    assert main([str(ROOT / "fixtures/real-cpu/ddp-clean"), "-q", "--jobs", "1", "--timeline", str(out),
+                 "--timeline-max-events", "2000", "-o", str(tmp_path / "r.txt")]) in (0, 1)
+    doc = json.loads(out.read_text())
+    assert len(doc["traceEvents"]) <= 2000 and violations(doc) == []

@@ -1,8 +1,8 @@
 """Tell apart the jobs whose traces share one input folder, so one run analyses one job.
 
-Signals, strongest first: sub-folders that each hold the same rank (two runs side by side — per-host sub-folders
-with different ranks are one job); traces that disagree on the world size; wall-clock windows that do not
-overlap and lie far apart (epoch timestamps only: ranks of one job profile the same steps). Docs: docs/api.md.
+Signals, strongest first: sibling sub-folders that each hold the same rank (two runs side by side, even identical
+copies: a folder is a boundary the user made — per-host sub-folders with different ranks are one job); traces
+that disagree on the world size; wall-clock windows that do not overlap and lie far apart (epoch timestamps only: ranks of one job profile the same steps). Docs: docs/api.md.
 """
 from __future__ import annotations
 
@@ -52,13 +52,56 @@ def _iso(ns: Optional[int]) -> Optional[str]:
     return datetime.fromtimestamp(ns / 1e9, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+def _dir(t: TraceInfo) -> str:
+    return os.path.dirname(os.path.abspath(t.path))
+
+
+def _top(root: str, d: str) -> str:
+    """The first folder of ``d`` below ``root`` ('.' for ``root`` itself)."""
+    rel = os.path.relpath(d, root)
+    return "." if rel == os.curdir else rel.split(os.sep, 1)[0]
+
+
+def _siblings(infos: list[TraceInfo], root: str) -> Optional[list[list[TraceInfo]]]:
+    """The traces under ``root`` split into its sub-folders when two sibling sub-folders hold the same rank
+    (``runs/run1`` and ``runs/run2``: two runs the user kept apart, even byte-identical copies), each split
+    again the same way; traces directly in ``root`` then form a group of their own. None when no two sibling
+    sub-folders share a rank (per-host sub-folders of one job)."""
+    children: dict[str, list[TraceInfo]] = {}
+    for t in infos:
+        children.setdefault(_top(root, _dir(t)), []).append(t)
+    subs = {k: v for k, v in children.items() if k != "."}
+    if len(subs) < 2:
+        return None
+    owner: dict[int, str] = {}
+    overlap = False
+    for k in sorted(subs):
+        for r in {t.rank for t in subs[k] if t.rank is not None}:
+            if owner.setdefault(r, k) != k:
+                overlap = True
+    if not overlap:
+        return None
+    out: list[list[TraceInfo]] = []
+    for k in sorted(subs):
+        deeper = _siblings(subs[k], os.path.join(root, k))
+        out += deeper if deeper is not None else [subs[k]]
+    if "." in children:
+        out.append(children["."])
+    return out
+
+
 def _by_folder(infos: list[TraceInfo]) -> list[list[TraceInfo]]:
-    """One group per parent folder when some rank appears in more than one folder at different times; else one."""
+    """Split by folder: sibling sub-folders that hold the same rank are separate jobs (the folder is a boundary the
+    user made); otherwise one group per parent folder when some rank appears in more than one folder at different
+    times (a copy in a sub-folder of the run itself, recorded at the same time, is a duplicate file); else one."""
     folders: dict[str, list[TraceInfo]] = {}
     for t in infos:
-        folders.setdefault(os.path.dirname(os.path.abspath(t.path)), []).append(t)
+        folders.setdefault(_dir(t), []).append(t)
     if len(folders) < 2:
         return [infos]
+    by_sibling = _siblings(infos, os.path.commonpath(sorted(folders)))
+    if by_sibling is not None:
+        return by_sibling
     seen: dict[int, TraceInfo] = {}
     clash = False
     for d, ts in folders.items():
@@ -68,8 +111,7 @@ def _by_folder(infos: list[TraceInfo]) -> list[list[TraceInfo]]:
             first = seen.setdefault(t.rank, t)
             # the same rank in another folder, recorded at another time: another run (an identical copy is a
             # duplicate file of this run, reported as such later)
-            if os.path.dirname(os.path.abspath(first.path)) != d and (first.start_ns != t.start_ns
-                                                                       or t.start_ns is None):
+            if _dir(first) != d and (first.start_ns != t.start_ns or t.start_ns is None):
                 clash = True
     return [folders[d] for d in sorted(folders)] if clash else [infos]
 
@@ -150,10 +192,11 @@ def group_jobs(infos: list[TraceInfo]) -> list[JobGroup]:
 def _group(label: str, g: list[TraceInfo], told: list[str]) -> JobGroup:
     worlds = [t.world_size for t in g if t.world_size]
     starts = [t.start_ns for t in g if t.start_ns is not None]
-    folders = {os.path.dirname(os.path.abspath(t.path)) for t in g}
+    folders = sorted({_dir(t) for t in g})
+    # a job split off by folder lives in the folder holding all its traces (run1/ of run1/host0, run1/host1)
+    folder = folders[0] if len(folders) == 1 else (os.path.commonpath(folders) if "sub-folder" in told else None)
     return JobGroup(label, [t.path for t in g], [t.rank for t in g if t.rank is not None],
-                    max(worlds) if worlds else None, min(starts) if starts else None,
-                    folders.pop() if len(folders) == 1 else None, told)
+                    max(worlds) if worlds else None, min(starts) if starts else None, folder, told)
 
 
 def choose(jobs: list[JobGroup], wanted: Optional[str]) -> JobGroup:

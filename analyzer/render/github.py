@@ -18,8 +18,13 @@ def escape_property(s: str) -> str:
     return sanitize.github_property(s)
 
 
-def render_github(report: dict) -> str:
-    """One workflow command per finding (severity info → ::notice), then a ::notice with the verdict."""
+def render_github(report: dict, base: "str | None" = None) -> str:
+    """One workflow command per finding (severity info → ::notice), then a ::notice with the verdict.
+
+    File paths are relative to ``base`` (default: $GITHUB_WORKSPACE, else the git root, else the working
+    directory; analyzer/render/ci_paths.py) so GitHub links them to the repository."""
+    from analyzer.render.ci_paths import base_dir, ci_path
+    base = base or base_dir()
     out = []
     for f in report.get("findings") or []:
         level = _LEVEL.get(str(f.get("severity")), "notice")
@@ -27,7 +32,7 @@ def render_github(report: dict) -> str:
         file = file or fallback_file(report)
         props = []
         if file:
-            props.append(f"file={escape_property(file)}")
+            props.append(f"file={escape_property(ci_path(file, base))}")
             if line:
                 props.append(f"line={int(line)}")
         title = f"{f.get('id', '')} {f.get('title', '')}".strip()

@@ -21,7 +21,7 @@ h1{font-size:1.5em;margin:.3em 0} h2{font-size:1.2em;margin-top:1.6em;border-bot
 .finding.error{border-color:#c62828}.finding.warning{border-color:#ef6c00}.finding.info{border-color:#1565c0}
 .sev{font-weight:bold;text-transform:uppercase;font-size:.85em}
 .error .sev{color:#c62828}.warning .sev{color:#ef6c00}.info .sev{color:#1565c0}
-.meta{color:#666;font-size:.9em} .fix{margin-top:4px}
+.meta{color:#666;font-size:.9em} .about{display:grid;grid-template-columns:max-content 1fr;gap:2px 12px;font-size:.9em;color:#444} .about dt{font-weight:600} .about dd{margin:0} .fix{margin-top:4px}
 figure{margin:12px 0;background:#fff;border:1px solid #e0e0e0;padding:8px}
 figure img{max-width:100%;height:auto;display:block} figcaption{color:#555;font-size:.9em;margin-top:4px}
 table{border-collapse:collapse;background:#fff;font-size:.88em;margin:8px 0}
@@ -101,9 +101,10 @@ def _header(report: dict) -> str:
         facts.append(f"hosts {len(hosts)}")
     steps = s.get("steps") or []
     if steps:
-        facts.append("whole trace" if steps == [-1] else f"steps {ranges(steps)}")
+        from analyzer.render.about import steps_label
+        facts.append("whole trace" if steps == [-1] else steps_label(steps))
     if s.get("mean_step_time_us") is not None:
-        facts += [f"mean step {ms(s['mean_step_time_us'])} ms", f"step spread {pct(s.get('max_step_time_spread'))}",
+        facts += [f"mean step {ms(s['mean_step_time_us'])} ms", f"worst-step spread {pct(s.get('max_step_time_spread'))}",
                   f"comm share {pct(s.get('comm_share'))}", f"exposed comm {pct(s.get('exposed_comm_share'))}",
                   f"overlap {pct(s.get('overlap_coverage'))}", f"idle {pct(s.get('idle_share'))}"]
     strag = (cr.get("stragglers") or {}).get("straggler")
@@ -129,6 +130,15 @@ def _header(report: dict) -> str:
             f'<p class="meta">inputs: {inputs.get("read", 0)} read, {inputs.get("salvaged", 0)} salvaged, '
             f'{inputs.get("skipped", 0)} skipped, {inputs.get("failed", 0)} failed · '
             f'{_e(tool.get("name", "analyze"))} {_e(tool.get("version", ""))}</p>')
+
+
+def _about(report: dict) -> str:
+    """What the report describes (the ``about`` block): job, collection date, versions, inputs, analysis time."""
+    from analyzer.render.about import about_lines
+    lines = about_lines(report)
+    if not lines:
+        return ""
+    return ('<dl class="about">' + "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in lines) + "</dl>")
 
 
 def _findings(report: dict) -> str:
@@ -305,8 +315,9 @@ def _problems(report: dict) -> str:
 
 def render_html(report: dict, job: Any = None) -> str:
     """The self-contained HTML report; the timelines, wait matrix and bandwidth plot need the loaded ``job``."""
-    title = f"analyze: {report.get('verdict', '')}"
-    body = (_header(report) + _findings(report) + _hang(report) + _baseline(report) + _figures(report, job)
+    from analyzer.render.about import title as about_title
+    title = f"analyze: {about_title(report)}"
+    body = (_header(report) + _about(report) + _findings(report) + _hang(report) + _baseline(report) + _figures(report, job)
             + _tables(report) + _problems(report))
     return sanitize.guard_ci_lines("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"

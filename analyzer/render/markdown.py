@@ -59,13 +59,17 @@ def _head(report: dict) -> list[str]:
         facts.append(f"**hosts** {len(hosts)}")
     steps = s.get("steps") or []
     if steps:
-        facts.append("**steps** whole trace" if steps == [-1] else f"**steps** {ranges(steps)}")
+        from analyzer.render.about import steps_label
+        label = steps_label(steps)
+        word, rest = label.split(" ", 1)
+        facts.append("**steps** whole trace" if steps == [-1] else f"**{word}** {rest}")
     if s.get("mean_step_time_us") is not None:
         facts.append(f"**mean step** {ms(s['mean_step_time_us'])} ms")
         facts.append(f"**comm share** {pct(s.get('comm_share'))}")
         facts.append(f"**exposed comm** {pct(s.get('exposed_comm_share'))}")
         facts.append(f"**overlap** {pct(s.get('overlap_coverage'))}")
-        facts.append(f"**step spread** {pct(s.get('max_step_time_spread'))}")
+        facts.append(f"**idle** {pct(s.get('idle_share'))}")
+        facts.append(f"**worst-step spread** {pct(s.get('max_step_time_spread'))}")
     out.append(" · ".join(facts))
     out.append("")
     out.append(f"Inputs: {inputs.get('read', 0)} read, {inputs.get('salvaged', 0)} salvaged, "
@@ -73,6 +77,15 @@ def _head(report: dict) -> list[str]:
                + (f"; **missing ranks {ranges(job['missing_ranks'])}**" if job.get("missing_ranks") else "")
                + f". Tool: analyze {md_escape(report.get('tool', {}).get('version', '?'))}.")
     return out
+
+
+def _about(report: dict) -> list[str]:
+    """What the report describes (the ``about`` block) as a short list under the title."""
+    from analyzer.render.about import about_lines
+    lines = about_lines(report)
+    if not lines:
+        return []
+    return [f"- **{k}** {md_escape(v)}" for k, v in lines] + [""]
 
 
 def _findings(report: dict) -> list[str]:
@@ -197,6 +210,8 @@ def _problems(report: dict) -> list[str]:
 
 def render_markdown(report: dict) -> str:
     """The report as a Markdown summary that pastes into an issue tracker."""
-    out = _head(report) + _findings(report) + _hang(report) + _baseline(report) + _ranks(report) + _groups(report)
+    out = _head(report)
+    out[2:2] = _about(report)
+    out = out + _findings(report) + _hang(report) + _baseline(report) + _ranks(report) + _groups(report)
     out += _steps(report) + _problems(report)
     return sanitize.guard_ci_lines("\n".join(out) + "\n")

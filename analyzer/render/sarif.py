@@ -8,6 +8,7 @@ from urllib.parse import quote
 import orjson
 
 from analyzer.render import sanitize
+from analyzer.render.ci_paths import BASE_ID
 from analyzer.render.common import (consequence_lines, cost_text, evidence_texts, fallback_file, finding_location,
                                     nothing_analysed, rule_catalog, subject_text)
 
@@ -25,7 +26,18 @@ def file_uri(path: str) -> str:
     return quote(p.as_posix(), errors="surrogateescape")
 
 
-def _result(report: dict, f: dict, rule_index: dict[str, int]) -> dict:
+def artifact_location(path: str, base: Optional[str]) -> dict:
+    """{"uri", "uriBaseId"}: relative to the repository base (analyzer/render/ci_paths.py) when the file lies
+    under it, so GitHub code scanning maps it; else the absolute file:// URI (or the relative path as given)."""
+    if base is not None:
+        from analyzer.render.ci_paths import BASE_ID, relative
+        rel = relative(path, base)
+        if rel is not None:
+            return {"uri": file_uri(rel), "uriBaseId": BASE_ID}
+    return {"uri": file_uri(path)}
+
+
+def _result(report: dict, f: dict, rule_index: dict[str, int], base: Optional[str] = None) -> dict:
     fid = str(f.get("id", "UNKNOWN"))
     text = f"{f.get('title', '')}"
     subj = subject_text(f)
@@ -45,7 +57,7 @@ def _result(report: dict, f: dict, rule_index: dict[str, int]) -> dict:
     file, line = finding_location(report, f)
     file = file or fallback_file(report)
     if file:
-        phys: dict = {"artifactLocation": {"uri": file_uri(file)}}
+        phys: dict = {"artifactLocation": artifact_location(file, base)}
         if line:
             phys["region"] = {"startLine": int(line)}
         res["locations"] = [{"physicalLocation": phys}]
@@ -66,8 +78,14 @@ def _result(report: dict, f: dict, rule_index: dict[str, int]) -> dict:
     return res
 
 
-def sarif_dict(report: dict, rules: Optional[list[dict]] = None) -> dict:
-    """The SARIF log as a dict (one run, the tool's rules, one result per finding)."""
+def sarif_dict(report: dict, rules: Optional[list[dict]] = None, base: Optional[str] = None) -> dict:
+    """The SARIF log as a dict (one run, the tool's rules, one result per finding).
+
+    ``base``: the folder paths are made relative to (default: $GITHUB_WORKSPACE, else the git root of the working
+    directory, else the working directory); ``originalUriBaseIds`` says where it is."""
+    if base is None:
+        from analyzer.render.ci_paths import base_dir
+        base = base_dir()
     catalog = rule_catalog(report, rules)
     rule_index = {r["id"]: i for i, r in enumerate(catalog)}
     descriptors = []
@@ -83,8 +101,10 @@ def sarif_dict(report: dict, rules: Optional[list[dict]] = None) -> dict:
     run = {
         "tool": {"driver": {"name": tool.get("name", "analyze"), "version": str(tool.get("version", "")),
                             "informationUri": INFO_URI, "rules": descriptors}},
-        "artifacts": [{"location": {"uri": file_uri(p)}} for p in files],
-        "results": [_result(report, f, rule_index) for f in report.get("findings") or []],
+        "originalUriBaseIds": {BASE_ID: {"uri": file_uri(base).rstrip("/") + "/",
+                                         "description": {"text": "the repository (or working directory) root"}}},
+        "artifacts": [{"location": artifact_location(p, base)} for p in files],
+        "results": [_result(report, f, rule_index, base) for f in report.get("findings") or []],
         "properties": {"verdict": report.get("verdict", "")},
     }
     why = nothing_analysed(report)
@@ -96,6 +116,6 @@ def sarif_dict(report: dict, rules: Optional[list[dict]] = None) -> dict:
     return sanitize.json_tree({"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": [run]})
 
 
-def render_sarif(report: dict, rules: Optional[list[dict]] = None) -> str:
-    """SARIF 2.1.0 JSON text."""
-    return sanitize.dumps(sarif_dict(report, rules), option=orjson.OPT_INDENT_2) + "\n"
+def render_sarif(report: dict, rules: Optional[list[dict]] = None, base: Optional[str] = None) -> str:
+    """SARIF 2.1.0 JSON text (``base``: see :func:`sarif_dict`)."""
+    return sanitize.dumps(sarif_dict(report, rules, base), option=orjson.OPT_INDENT_2) + "\n"

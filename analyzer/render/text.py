@@ -65,7 +65,7 @@ def _summary(report: dict, paint: _Painter) -> list[str]:
         head += f" on {len(hosts)} host(s)"
     steps = s.get("steps") or []
     if steps:
-        head += ", whole trace (no ProfilerStep)" if steps == [-1] else f", steps {ranges(steps)}"
+        head += ", whole trace (no ProfilerStep)" if steps == [-1] else f", {_steps_label(steps)}"
     out.append(paint("bold", head))
     shape = _shape(report)
     if shape:
@@ -75,7 +75,8 @@ def _summary(report: dict, paint: _Painter) -> list[str]:
     if job.get("missing_ranks"):
         out.append(paint("warning", f"missing ranks: {ranges(job['missing_ranks'])}"))
     if s.get("mean_step_time_us") is not None:
-        out.append(f"step: mean {ms(s.get('mean_step_time_us'))} ms, spread {pct(s.get('max_step_time_spread'))}; "
+        out.append(f"step: mean {ms(s.get('mean_step_time_us'))} ms, worst-step spread across ranks "
+                   f"{pct(s.get('max_step_time_spread'))}; "
                    f"comm share {pct(s.get('comm_share'))}, overlap coverage {pct(s.get('overlap_coverage'))}, "
                    f"exposed comm {pct(s.get('exposed_comm_share'))}, idle {pct(s.get('idle_share'))}")
     jobs = inputs.get("jobs") or []
@@ -89,6 +90,18 @@ def _summary(report: dict, paint: _Painter) -> list[str]:
         style = "error" if verdict.startswith("FAIL") else "warning" if verdict.startswith("WARN") else "ok"
         out.append("verdict: " + paint(style, verdict))
     return out
+
+
+def _steps_label(steps: list[int]) -> str:
+    """'steps 5-6 (2 profiled)' / 'step 10 (1 profiled)': the step numbers, and how many there are."""
+    from analyzer.render.about import steps_label
+    return steps_label(steps)
+
+
+def _about(report: dict) -> list[str]:
+    """What the report describes (job, collection date, versions, inputs, when analysed): the ``about`` block."""
+    from analyzer.render.about import about_lines
+    return [f"{k}: {one_line(v)}" for k, v in about_lines(report)]
 
 
 def _shape(report: dict) -> str:
@@ -268,6 +281,7 @@ def render_text(report: dict[str, Any], color: bool = False, verbose: Optional[b
     """Human-readable report for a terminal or a CI log (ANSI colours only when ``color``)."""
     paint = _Painter(color)
     out = _summary(report, paint)
+    out[1:1] = _about(report)
     out += _findings(report, paint)
     out += _hang(report, paint)
     out += _baseline(report, paint)

@@ -147,6 +147,10 @@ class RankEvents:
     steps: pd.DataFrame             # step, start, end
     cpu_comm: pd.DataFrame          # start, end, tid, name
     device_type: str = "gpu"
+    #: CPU ops, annotations and runtime calls (parsers/kineto_host.py): start, end, tid, cat, name, correlation, args
+    host_ops: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: a few arguments of each GPU kernel / memcpy / memset, by correlation id
+    kernel_args: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -172,7 +176,9 @@ def _rank_events(summary: Any) -> tuple:
         "launch_tid": a["launch_tid"].to_numpy() if "launch_tid" in a else np.full(len(a), -1, np.int64),
         "correlation": a["correlation"].to_numpy(),
     })
-    return act, t.steps.copy(), t.cpu_comm.copy()
+    from parsers.kineto_host import host_events
+    host, kargs = host_events(t.path)
+    return act, t.steps.copy(), t.cpu_comm.copy(), host, kargs
 
 
 def timeline_input(job: Job, report: dict) -> TimelineInput:
@@ -189,7 +195,7 @@ def timeline_input(job: Job, report: dict) -> TimelineInput:
     engine = job.engine
     read = engine.map(_rank_events, [job.traces[r] for r in order]) if engine is not None else \
         [_rank_events(job.traces[r]) for r in order]
-    for r, (act, st, cc) in zip(order, read):
+    for r, (act, st, cc, host, kargs) in zip(order, read):
         t = job.traces[r]
         off = offs.get(int(r), 0)
         act["start"] = act["start"].to_numpy() + off
@@ -200,7 +206,11 @@ def timeline_input(job: Job, report: dict) -> TimelineInput:
         st["end"] += off
         cc["start"] += off
         cc["end"] += off
-        ranks.append(RankEvents(int(r), hosts.get(str(r)) or t.meta.get("host"), off, act, st, cc, t.device_type))
+        if len(host):
+            host["start"] = host["start"].to_numpy() + off
+            host["end"] = host["end"].to_numpy() + off
+        ranks.append(RankEvents(int(r), hosts.get(str(r)) or t.meta.get("host"), off, act, st, cc, t.device_type,
+                                host, kargs))
     return TimelineInput(aligned, status, ranks, collectives_frame(job, report))
 
 
