@@ -77,6 +77,26 @@ def _query_local(task: tuple) -> Any:
     return fn(side, arg)
 
 
+#: Files (by path) this small in all are parsed in this process: starting and feeding worker processes costs
+#: more than parsing a few small logs or dumps (a hang folder's whole run is then a fraction of a second).
+SERIAL_BYTES = 2 << 20
+
+
+def _small_files(items: Sequence[Any], limit: int = SERIAL_BYTES) -> bool:
+    """True when every item is a path to an existing file and together they hold under ``limit`` bytes."""
+    total = 0
+    for it in items:
+        if not isinstance(it, (str, os.PathLike)):
+            return False
+        try:
+            total += os.stat(it).st_size
+        except OSError:
+            return False
+        if total >= limit:
+            return False
+    return True
+
+
 class LocalEngine:
     """Forked worker processes on this machine (serial in this process with one worker or one item)."""
 
@@ -90,7 +110,7 @@ class LocalEngine:
         items = list(items)
         out: list = []
         take = receive or (lambda r: r)
-        if self.workers <= 1 or len(items) <= 1:
+        if self.workers <= 1 or len(items) <= 1 or _small_files(items):
             for i, it in enumerate(items):
                 out.append(take(fn(it)))
                 if progress:
