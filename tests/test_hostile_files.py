@@ -249,9 +249,13 @@ def test_a_length_prefix_beyond_the_data_is_refused_before_allocating(name, monk
         with pytest.raises(su.PickleLengthError, match="announces .* bytes but only 3 remain"):
             su.check_memo_indices(data)
 
-        def never(self):
-            raise AssertionError("the unpickler ran on a length prefix beyond the data")
-        monkeypatch.setattr(su.RestrictedUnpickler, "load", never)
+    ran = []
+    real = su.RestrictedUnpickler.load
+
+    def load(self):
+        ran.append(1)
+        return real(self)
+    monkeypatch.setattr(su.RestrictedUnpickler, "load", load)
     p = tmp_path / "nccl_trace_rank_0"
     p.write_bytes(data)
     try:
@@ -260,6 +264,7 @@ def test_a_length_prefix_beyond_the_data_is_refused_before_allocating(name, monk
         assert "Flight Recorder pickle" in exc.reason or "pickle" in exc.reason
     else:
         assert any("salvaged what was complete" in w for w in d.warnings)
+    assert ran == ([] if hc.LENGTH_OPCODES[name][1] > 1 else [1])  # refused before the unpickler allocated
 
 
 def test_bounded_int_and_int_column():
