@@ -21,7 +21,7 @@ import pandas as pd
 from parsers.collective_names import normalise_op
 from parsers.comm_kernels import DEFAULT_TABLE, CommKernelTable
 from parsers.errors import InputError
-from parsers.trace_bytes import BlockReader, read_trace_bytes, salvage_json_prefix, scan_array
+from parsers.trace_bytes import BlockReader, quote_non_finite, read_trace_bytes, salvage_json_prefix, scan_array
 
 KINDS = ("compute", "comm", "memcpy", "memset", "sync")
 KIND_CODE = {k: i for i, k in enumerate(KINDS)}
@@ -244,6 +244,7 @@ class _SliceNotes:
         self.too_deep = 0      # events nested deeper than the decoder's recursion limit
         self.out_of_range = 0  # events holding a number no float can hold (1e400)
         self.utf8_at = -1      # absolute offset of the first invalid UTF-8 byte
+        self.non_finite = 0    # bare NaN / Infinity literals (not JSON) read as non-finite numbers
 
     def lines(self) -> list[str]:
         out = []
@@ -252,6 +253,9 @@ class _SliceNotes:
         if self.skipped or self.stripped:
             out.append(f"{self.skipped} trace events that are not event objects skipped, {self.stripped} events "
                        "with malformed args kept without them")
+        if self.non_finite:
+            out.append(f"{self.non_finite} NaN/Infinity literals (not JSON) read as non-finite numbers: an event "
+                       "with such a ts is ignored, such a dur counts as 0")
         if self.out_of_range:
             out.append(f"{self.out_of_range} trace events holding a number beyond float range skipped")
         if self.too_deep:
@@ -287,7 +291,12 @@ def _events_of(part, notes: _SliceNotes, base: int, shapes: bool = False) -> lis
         return _lenient_events(data, notes, shapes)
     except (UnicodeDecodeError, msgspec.DecodeError) as exc:
         if not isinstance(exc, UnicodeDecodeError) and "UTF-8" not in str(exc):
-            raise
+            fixed, n = quote_non_finite(bytes(part))
+            if not n:
+                raise
+            events = _events_of(fixed, notes, base, shapes)  # raises (the slice is damaged) when still invalid
+            notes.non_finite += n
+            return events
         data = bytes(part)
         try:
             data.decode("utf-8")
@@ -811,6 +820,15 @@ def _decode(path: Path, data: bytes, notes: Optional[list[str]] = None) -> tuple
                 return _typed_or_lenient(stripped, notes), None
             except (msgspec.DecodeError, UnicodeDecodeError):
                 data = stripped
+        fixed, n = quote_non_finite(data)
+        if n:
+            try:
+                doc = _typed_or_lenient(fixed, notes)
+                notes.append(f"{n} NaN/Infinity literals (not JSON) read as non-finite numbers: an event with "
+                             "such a ts is ignored, such a dur counts as 0")
+                return doc, None
+            except (msgspec.DecodeError, UnicodeDecodeError):
+                data = fixed
         try:
             fixed, kept = salvage_json_prefix(data)
             return _typed_or_lenient(fixed, notes), (0, kept)

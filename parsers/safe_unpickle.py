@@ -22,6 +22,15 @@ class UnsafePickleError(pickle.UnpicklingError):
     """The pickle asked for a global (class, function, extension): refused before anything ran."""
 
 
+class PickleLengthError(pickle.UnpicklingError):
+    """An opcode's length prefix runs past the end of the data: a cut-off or damaged file, never unpickled.
+
+    The C unpickler allocates an argument's buffer from its length prefix before reading it, so an 11-byte
+    `BINBYTES8` naming 2**62 bytes is a MemoryError (or gigabytes reserved) rather than "truncated"; the prescan
+    refuses it first and the caller salvages what comes before it.
+    """
+
+
 class RestrictedUnpickler(pickle.Unpickler):
     """An Unpickler that resolves no globals at all, so only plain data can be built."""
 
@@ -153,10 +162,15 @@ def check_memo_indices(data: bytes, max_index: int = MAX_MEMO_INDEX) -> None:
             if i >= n:
                 return
             i += 1 + data[i]
-        elif k == _LEN4:
-            i += 4 + frm(data[i:i + 4], "little")
-        elif k == _LEN8:
-            i += 8 + frm(data[i:i + 8], "little")
+        elif k == _LEN4 or k == _LEN8:
+            w = 4 if k == _LEN4 else 8
+            if i + w > n:
+                return
+            ln = frm(data[i:i + w], "little")
+            if ln > n - i - w:
+                raise PickleLengthError(f"opcode at byte {i - 1} announces {ln} bytes but only {n - i - w} "
+                                        "remain (file cut off or damaged)")
+            i += w + ln
         else:
             j = find(b"\n", i)
             if j < 0:

@@ -11,6 +11,7 @@ import re
 import numpy as np
 
 from parsers.watchdog_log import NCCL_ERR, NCCL_ERR_OLD, parse_pytorch_line
+from parsers.numbers import bounded_int
 
 #: Every literal a recognised line contains at least one of (bytes, tested on the raw line before decoding), each
 #: with one of its own three-byte pieces, chosen rare in ordinary training logs, for the vectorised pre-filter.
@@ -155,7 +156,7 @@ def to_bytes(num: str, unit: str) -> int:
 
 def _int(text: str | None) -> int:
     """An int of a matched field (bounded by its regex), -1 when absent."""
-    return int(text) if text else -1
+    return bounded_int(text)
 
 
 def _window(body: str, marker: str) -> str:

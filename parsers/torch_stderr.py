@@ -24,6 +24,7 @@ from parsers.kineto import rank_from_file_name
 from parsers.stderr_events import GUARD, candidate_mask, classify, exc_head
 from parsers.stderr_prefix import peel
 from parsers.stderr_structure import CHAINED, MAX_TEXT, TB_HEAD, FailureTable, Traceback
+from parsers.numbers import int_column
 
 MAX_LINE = 64 * 1024    # bytes of one line that are read; the rest of a longer line is skipped and counted
 BLOCK = 1024 * 1024      # bytes read at a time
@@ -518,8 +519,8 @@ def _finalise(df: pd.DataFrame, columns: dict[str, object]) -> pd.DataFrame:
         if isinstance(default, bool):
             out[c] = out[c].astype(bool)
         elif isinstance(default, int):
-            out[c] = out[c].astype("int64" if c.startswith("bytes") or c in ("pid", "tag", "seq", "timeout_ms")
-                                   else "int32")
+            out[c] = int_column(out[c], "int64" if c.startswith("bytes") or c in ("pid", "tag", "seq", "timeout_ms")
+                                else "int32")
         elif c in _CATEGORY_COLUMNS:
             out[c] = out[c].astype("category")
     return out.reset_index(drop=True)

@@ -6,6 +6,7 @@ post-mortems, so instead of failing we keep every complete event before the cut 
 from __future__ import annotations
 
 import os
+import re
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -304,3 +305,29 @@ def scan_array(data, open_at: int, stop: Optional[int] = None, all_ends: bool = 
     if all_ends:
         return (np.concatenate(ends) if ends else np.empty(0, np.int64)), close
     return (last_end if last_end >= 0 else open_at + 1), close
+
+
+# A JSON string (skipped whole, so nothing inside one is touched) or a bare non-finite number literal, as
+# Python's json writes them (NaN, Infinity) and as C++ formatters do (nan, inf): not JSON, so orjson and msgspec
+# refuse the whole slice, but a profiler has written them into `dur`, `ts` and args.
+_NON_FINITE = re.compile(rb'"(?:[^"\\]|\\.)*"|(?<![\w.])-?(?:NaN|nan|Infinity|inf)(?![\w.])', re.S)
+
+
+def quote_non_finite(data: bytes) -> tuple[bytes, int]:
+    """``data`` with each bare NaN / Infinity / nan / inf literal outside strings made the JSON string of it
+    ("NaN" …), and how many there were. The numeric readers turn those strings into non-finite floats, which
+    the collector already treats as unusable values; only called after a fast decode failed (costs one regex
+    pass over the slice, so the normal path pays nothing)."""
+    if b"NaN" not in data and b"nan" not in data and b"Infinity" not in data and b"inf" not in data:
+        return data, 0
+    n = 0
+
+    def quote(m: re.Match) -> bytes:
+        nonlocal n
+        t = m.group()
+        if t[:1] == b'"':
+            return t
+        n += 1
+        return b'"' + t + b'"'
+    out = _NON_FINITE.sub(quote, data)
+    return out, n

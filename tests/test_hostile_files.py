@@ -120,7 +120,7 @@ def test_a_bad_token_mid_file_keeps_every_event_before_it_and_says_where(tmp_pat
     data = _doc(3000)
     i = data.index(b'"ts":', len(data) // 2)
     j = data.index(b",", i)
-    bad = data[:i] + b'"ts":NaN' + data[j:]
+    bad = data[:i] + b'"ts":Nope' + data[j:]  # not a number (NaN and Infinity are read: see below)
     p = tmp_path / "rank0.json"
     p.write_bytes(bad)
     cut = tmp_path / "cut" / "rank0.json"
@@ -234,3 +234,127 @@ def test_scan_array_in_tiny_pieces_matches_a_byte_by_byte_scan(monkeypatch):
         for piece in (1, 3, 7, 1 << 20):
             monkeypatch.setattr(tb, "SCAN_PIECE_BYTES", piece)
             assert scan_array(data, 0) == want, (body, piece)
+
+
+# ------------------------------------------------------------------------------------------ issue #24 classes
+from tests.fuzz import hostile_cases as hc  # noqa: E402
+
+
+@pytest.mark.parametrize("name", sorted(hc.LENGTH_OPCODES))
+def test_a_length_prefix_beyond_the_data_is_refused_before_allocating(name, monkeypatch, tmp_path):
+    import random
+    import parsers.safe_unpickle as su
+    data = hc.huge_length_pickle(name, random.Random(3))
+    if hc.LENGTH_OPCODES[name][1] > 1:  # a 1-byte length allocates nothing worth refusing; the unpickler says cut
+        with pytest.raises(su.PickleLengthError, match="announces .* bytes but only 3 remain"):
+            su.check_memo_indices(data)
+
+    ran = []
+    real = su.RestrictedUnpickler.load
+
+    def load(self):
+        ran.append(1)
+        return real(self)
+    monkeypatch.setattr(su.RestrictedUnpickler, "load", load)
+    p = tmp_path / "nccl_trace_rank_0"
+    p.write_bytes(data)
+    try:
+        d = load_dump(p)
+    except InputError as exc:  # cut before the entries: nothing to salvage, a clear message
+        assert "Flight Recorder pickle" in exc.reason or "pickle" in exc.reason
+    else:
+        assert any("salvaged what was complete" in w for w in d.warnings)
+    assert ran == ([] if hc.LENGTH_OPCODES[name][1] > 1 else [1])  # refused before the unpickler allocated
+
+
+def test_bounded_int_and_int_column():
+    import numpy as np
+    from parsers.numbers import bounded_int, int_column
+    assert bounded_int("18446744073709551616") == -1 and bounded_int("9223372036854775807") == 2**63 - 1
+    assert bounded_int("9" * 5000) == -1 and bounded_int(None) == -1 and bounded_int("x", 7) == 7
+    assert bounded_int(b"42") == 42 and bounded_int("-3", lo=0) == -1
+    assert int_column([1, 2**64, -5], "int64").tolist() == [1, -1, -5]
+    assert int_column(np.array([1, 2**40]), "int32").tolist() == [1, -1]  # not a silent wrap to 0
+    assert int_column(np.array([1.0, np.nan, 1e30]), "int64").tolist() == [1, -1, -1]
+
+
+def test_a_huge_number_in_a_torchrun_log_costs_only_its_field(tmp_path):
+    import random
+    from parsers.torch_stderr import parse_stderr
+    d = hc.case_huge_number_in_log(tmp_path / "case", random.Random(0))
+    log = parse_stderr(d / "torchrun.log")
+    ev = log.events
+    g = ev[ev["kind"] == "gloo_size_mismatch"]
+    assert len(g) == 1 and int(g["bytes_a"].iloc[0]) == -1 and int(g["bytes_b"].iloc[0]) == 8
+    assert len(log.failures) == 2  # the file's other lines are kept: both ranks' failure records
+
+
+def test_zero_duration_operators_on_a_pipeline_rank_keep_the_rank(tmp_path):
+    import random
+    from analyzer.rank.summary import summarise
+    d = hc.case_zero_duration_pipeline_rank(tmp_path / "case", random.Random(0))
+    s, _ = summarise(load_trace(d / "rank1.pt.trace.json.gz"))
+    assert s.rank == 1
+
+
+@pytest.mark.parametrize("sep", hc.SEPARATORS)
+def test_every_line_separator_is_escaped_in_github_and_json(sep):
+    from analyzer.render import sanitize
+    forged = f"x{sep}::error file=a.py::forged{sep}##[error]y"
+    gh = "::error title=t::" + sanitize.github_data(forged)
+    assert gh.splitlines() == [gh] and "##[" not in gh
+    js = sanitize.dumps({"m": forged})
+    assert js.splitlines() == [js]
+    assert orjson.loads(js)["m"].replace(sanitize.BREAK, "") == forged.replace("\r", "\r")
+    t = sanitize.text(forged)
+    assert t.splitlines() == [t] and not t.lstrip().startswith("::")
+    doc = sanitize.guard_ci_lines(f"a{sep}::error::forged\n")
+    assert not any(line.lstrip().startswith("::") for line in doc.splitlines())
+
+
+def test_nan_and_infinity_literals_keep_the_rank(tmp_path):
+    import random
+    d = hc.case_non_finite_trace(tmp_path / "case", random.Random(0))
+    clean = load_trace(mu_fixture("real-cpu/ddp-straggler/rank1.pt.trace.json.gz"))
+    t = load_trace(d / "rank1.pt.trace.json.gz")
+    assert t.salvage is None and t.rank == 1
+    assert len(clean.activity) - 2 <= len(t.activity) <= len(clean.activity)  # at most the two bad-ts events lost
+    assert any("4 NaN/Infinity literals" in w for w in t.warnings)
+
+
+def mu_fixture(rel: str):
+    return hc.mu.FIXTURES / rel
+
+
+def _cli_case(name: str, tmp_path, seed: int = 0) -> dict:
+    import random
+    d = hc.CLASSES[name](tmp_path / "case", random.Random(f"{seed}-{name}"))
+    code, err, took, docs = hc.run_cli(d, tmp_path / "out")
+    hc.judge(f"{name} (seed {seed})", code, err, took, docs)
+    return orjson.loads(docs["json"])
+
+
+@pytest.mark.parametrize("name", sorted(hc.CLASSES))
+def test_each_hostile_class_through_the_command_in_2gb_and_20s(name, tmp_path):
+    doc = _cli_case(name, tmp_path)
+    failed = [f for f in doc["inputs"]["files"] if f["status"] == "failed"]
+    if name != "mixed":
+        assert not failed, failed
+    if name not in ("mixed", "huge_pickle_lengths"):
+        assert not [f for f in doc["inputs"]["files"] if f["status"] == "salvaged"]
+    if name == "huge_number_in_log":
+        assert [f["id"] for f in doc["findings"]][:1] == ["HANG001"]
+        assert doc["findings"][0]["subject"]["ranks"] == [0]
+    if name == "zero_duration_pipeline_rank":
+        assert sorted(r["rank"] for r in doc["ranks"]) == [0, 1, 2, 3]
+    if name == "non_finite_trace":
+        assert sorted(r["rank"] for r in doc["ranks"]) == [0, 1, 2, 3]
+    if name == "line_separators":
+        assert all(line.startswith(("::error ", "::warning ", "::notice "))
+                   for line in (tmp_path / "out" / "r.gh").read_text(encoding="utf-8").splitlines())
+
+
+@pytest.mark.slow
+def test_a_campaign_of_mixed_cases_through_the_command(tmp_path):
+    for i in range(8):
+        _cli_case("mixed", tmp_path / str(i), seed=i)

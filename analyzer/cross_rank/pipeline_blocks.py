@@ -179,6 +179,8 @@ def _blocks(lab: np.ndarray, s: np.ndarray, e: np.ndarray, cuts: np.ndarray, cut
     runs = []
     for a, b in zip(brk[:-1], brk[1:]):
         u = iv.union(s[a:b], e[a:b])
+        if not len(u[0]):
+            continue  # only zero-duration ops (a clock that did not tick, a damaged trace): no work to order
         runs.append((int(lab[a]), int(u[0][0]), int(u[1][-1]), iv.total(u), int(seg[a])))
     busy = np.array([x[3] for x in runs], dtype=np.float64)
     labs = np.array([x[0] for x in runs])

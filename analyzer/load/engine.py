@@ -77,6 +77,26 @@ def _query_local(task: tuple) -> Any:
     return fn(side, arg)
 
 
+#: Files (by path) this small in all are parsed in this process: starting and feeding worker processes costs
+#: more than parsing a few small logs or dumps (a hang folder's whole run is then a fraction of a second).
+SERIAL_BYTES = 2 << 20
+
+
+def _small_files(items: Sequence[Any], limit: int = SERIAL_BYTES) -> bool:
+    """True when every item is a path to an existing file and together they hold under ``limit`` bytes."""
+    total = 0
+    for it in items:
+        if not isinstance(it, (str, os.PathLike)):
+            return False
+        try:
+            total += os.stat(it).st_size
+        except OSError:
+            return False
+        if total >= limit:
+            return False
+    return True
+
+
 class LocalEngine:
     """Forked worker processes on this machine (serial in this process with one worker or one item)."""
 
@@ -90,7 +110,7 @@ class LocalEngine:
         items = list(items)
         out: list = []
         take = receive or (lambda r: r)
-        if self.workers <= 1 or len(items) <= 1:
+        if self.workers <= 1 or len(items) <= 1 or _small_files(items):
             for i, it in enumerate(items):
                 out.append(take(fn(it)))
                 if progress:
@@ -164,6 +184,8 @@ class DaskEngine:
         else:
             self.client = Client(address, set_as_default=False)
         self.workers = max(1, len(self.client.scheduler_info().get("workers", {})) or int(workers))
+        #: what happened on the cluster that the report should say (a lost worker's results rebuilt)
+        self.notes: list[str] = []
         self._finalizer = weakref.finalize(self, _close_dask, self.client, self._cluster)
 
     def map(self, fn: Callable[[Any], Any], items: Sequence[Any], progress: Progress = None,
@@ -178,13 +200,40 @@ class DaskEngine:
         items = list(items)
         if not items:
             return [], []
+        # how to make each side again if its worker is lost: the task and its input (a path as it is; shipped
+        # data as a pickle in this process' scratch folder, on disk, so the parent's memory does not hold it)
+        recipes = [(fn, self._stash(it), True) if ship else (fn, it, False) for it in items]
         sent = self.client.scatter(items) if ship else items  # data goes to the workers, not into the graph
         both = self.client.map(fn, sent, pure=False)
         del sent
         compact = self.client.map(operator.itemgetter(0), both, pure=False)
         sides = self.client.map(operator.itemgetter(1), both, pure=False)  # stay on the workers
         del both  # the cluster drops each (compact, side) pair once both halves are split off
-        return self._collect(compact, items, progress, receive), sides
+        return self._collect(compact, items, progress, receive), [Kept(f, r) for f, r in zip(sides, recipes)]
+
+    def _stash(self, item: Any) -> str:
+        """Pickle ``item`` into this engine's scratch folder (removed on close); its path."""
+        if getattr(self, "_folder", None) is None:
+            self._folder = tempfile.mkdtemp(prefix="analyze-rebuild-")
+            self._scratch_fin = weakref.finalize(self, shutil.rmtree, self._folder, True)
+        fd, path = tempfile.mkstemp(dir=self._folder, suffix=".pkl")
+        with os.fdopen(fd, "wb") as fh:
+            pickle.dump(item, fh, protocol=pickle.HIGHEST_PROTOCOL)
+        return path
+
+    def _rebuild(self, lost: list["Kept"], why: BaseException, attempt: int) -> None:
+        """Run the task of each lost side again from its input; the handle then names the new result."""
+        for h in lost:
+            fn, ref, shipped = h.recipe
+            if shipped:
+                with open(ref, "rb") as fh:
+                    item = self.client.scatter(pickle.load(fh))
+            else:
+                item = ref
+            h.future = self.client.submit(_side_of, fn, item, pure=False)
+        self.notes.append(f"a Dask worker was lost during the run ({type(why).__name__}): {len(lost)} result(s) it "
+                          f"kept (per-rank sets or member partitions) were rebuilt from their inputs"
+                          + (f" (attempt {attempt})" if attempt > 1 else ""))
 
     def _collect(self, futures: list, items: list, progress: Progress, receive: Receive) -> list:
         """The futures' results in order, each fetched as it completes (and then released on the cluster)."""
@@ -203,14 +252,51 @@ class DaskEngine:
         return out
 
     def query(self, fn: Callable[[Any, Any], Any], handles: Sequence[Any], args: Sequence[Any]) -> list:
+        """``fn(side, arg)`` where each side is; a side lost with its worker is rebuilt from its input and the
+        question asked again, up to MAX_REBUILDS times (each time noted in :attr:`notes`, for the report)."""
         if not handles:
             return []
-        if self.client.status in ("closing", "closed"):
-            raise EngineClosed(CLOSED)
-        return list(self.client.gather(self.client.map(fn, list(handles), list(args), pure=False)))
+        handles, args = list(handles), list(args)
+        for attempt in range(1, MAX_REBUILDS + 2):
+            if self.client.status in ("closing", "closed"):
+                raise EngineClosed(CLOSED)
+            futures = [h.future if isinstance(h, Kept) else h for h in handles]
+            try:
+                return list(self.client.gather(self.client.map(fn, futures, args, pure=False)))
+            except Exception as exc:  # noqa: BLE001 - Dask's errors for lost data vary by version and timing
+                if self.client.status in ("closing", "closed"):
+                    raise EngineClosed(CLOSED) from None
+                lost = [h for h in handles if isinstance(h, Kept) and h.future.status != "finished"]
+                if not lost or attempt > MAX_REBUILDS:
+                    raise
+                self._rebuild(lost, exc, attempt)
+        raise AssertionError("unreachable")
 
     def close(self) -> None:
         self._finalizer()
+        fin = getattr(self, "_scratch_fin", None)
+        if fin is not None:
+            fin()
+
+
+#: How many times one question rebuilds lost sides and asks again before Dask's error is the answer.
+MAX_REBUILDS = 3
+
+
+class Kept:
+    """A side kept on the cluster (a future) and how to make it again: (task, input, whether the input is a
+    pickle in the parent's scratch folder). The future is replaced when the side is rebuilt."""
+
+    __slots__ = ("future", "recipe")
+
+    def __init__(self, future: Any, recipe: tuple):
+        self.future = future
+        self.recipe = recipe
+
+
+def _side_of(fn: Callable[[Any], tuple[Any, Any]], item: Any) -> Any:
+    """Worker: the side half of ``fn(item)`` (a rebuild: the compact half came back the first time)."""
+    return fn(item)[1]
 
 
 def _close_dask(client: Any, cluster: Any) -> None:

@@ -12,8 +12,13 @@ call the function for their kind where input text enters; `guard_ci_lines` is a 
 | Markdown | `markdown`, `md_code` | `text` + Markdown/HTML metacharacters made inert |
 | HTML | `html` | `text` + HTML-escaped (quotes too) |
 | JUnit XML | `xml` | `text`: only XML 1.0 characters; ElementTree escapes markup |
-| JSON, SARIF | `json_tree` | every string (keys too) valid Unicode and free of `##[`; orjson escapes controls |
-| GitHub annotations | `github_data`, `github_property` | `clean` + the runner's own %-escaping (CR, LF, `%`; `:` and `,` in properties) |
+| JSON, SARIF | `json_tree`, `dumps` | every string (keys too) valid Unicode and free of `##[`; orjson escapes controls; U+2028/U+2029 written as `\\u2028`/`\\u2029` |
+| GitHub annotations | `github_data`, `github_property` | `clean` + the runner's own %-escaping (CR, LF, `%`; `:` and `,` in properties); U+2028/U+2029 escaped as newlines (`%0A`) |
+
+Line separators: besides LF and CR, a viewer may split a line at VT, FF, U+001C–U+001E, NEL (U+0085), U+2028 and
+U+2029 (Python's `str.splitlines` does). `clean` turns the C0/C1 ones into spaces; U+2028/U+2029 are valid text, so
+`text` joins them into one line, `github_data` escapes them like a newline, `dumps` escapes them in JSON strings, and
+`guard_ci_lines` checks every piece a viewer could show as a line.
 """
 from __future__ import annotations
 
@@ -108,6 +113,8 @@ def xml(value: Any) -> str:
 def github_data(value: Any) -> str:
     """A workflow command's message, escaped as the runner unescapes it: % → %25, CR → %0D, LF → %0A."""
     s = clean(value).replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    if "\u2028" in s or "\u2029" in s:  # a line separator to a viewer: escaped like the newline it stands for
+        s = s.replace("\u2028", "%0A").replace("\u2029", "%0A")
     return s.replace("##[", "#" + BREAK + "#[") if "##[" in s else s
 
 
@@ -145,10 +152,20 @@ def dumps_bytes(obj: Any, option: int = 0) -> bytes:
     try:
         out = orjson.dumps(obj, option=option)
         if b"##[" not in out:
-            return out
+            return _escape_separators(out)
     except (TypeError, orjson.JSONEncodeError):
         pass
-    return orjson.dumps(json_tree(obj), option=option | orjson.OPT_SERIALIZE_NUMPY)
+    return _escape_separators(orjson.dumps(json_tree(obj), option=option | orjson.OPT_SERIALIZE_NUMPY))
+
+
+_LS, _PS, _NEL = "\u2028".encode(), "\u2029".encode(), "\x85".encode()
+
+
+def _escape_separators(out: bytes) -> bytes:
+    """U+2028, U+2029 and NEL (only ever inside JSON strings) as JSON escapes: no viewer splits a line there."""
+    if _LS in out or _PS in out or _NEL in out:
+        out = out.replace(_LS, b"\\u2028").replace(_PS, b"\\u2029").replace(_NEL, b"\\u0085")
+    return out
 
 
 def guard_ci_lines(document: str) -> str:
@@ -159,4 +176,5 @@ def guard_ci_lines(document: str) -> str:
     """
     if "::" not in document and "##[" not in document:
         return document
-    return "\n".join(no_ci_commands(line) for line in document.split("\n"))
+    # every line a viewer could show: split at each separator str.splitlines knows (VT, FF, NEL, U+2028 …)
+    return "".join(no_ci_commands(line) for line in document.splitlines(keepends=True))

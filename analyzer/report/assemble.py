@@ -25,6 +25,9 @@ def run_analysis(job: Job, options: Optional[Options] = None) -> dict:
     from rules.engine import run_rules
 
     options = options or Options()
+    notes = getattr(job.engine, "notes", None)
+    notes = [] if notes is None else notes  # the engine's own list: what it notes during this run is read below
+    n_notes = len(notes)
     report = build_report(job)
     report["cross_rank"] = _section(report, "cross-rank", lambda: cross_rank_section(job, options.gpus_per_node))
     report["hang"] = _section(report, "hang", lambda: hang_section(job),
@@ -33,6 +36,7 @@ def run_analysis(job: Job, options: Optional[Options] = None) -> dict:
     from analyzer.report.profile import profile_section
     report["profile"] = _section(report, "profile", lambda: profile_section(job))
     findings = run_rules(job, report, options.rule_config)
+    report["warnings"] += notes[n_notes:]  # what happened on the engine meanwhile (a lost Dask worker's results rebuilt)
     report["findings"] = clean([f if isinstance(f, dict) else f.to_dict() for f in findings])
     if not report["analysed"]:
         report["nothing_analysed"] = nothing_analysed_reason(job)

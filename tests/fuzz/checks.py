@@ -7,13 +7,16 @@ from html.parser import HTMLParser
 
 import orjson
 
-_BAD_TEXT = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ufffe\uffff]")
+_BAD_TEXT = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ufffe\uffff]")
 _GITHUB_LINE = re.compile(r"^::(error|warning|notice)( [^\n]*?)?::[^\n]*$")
 
 
 def no_ci_commands(name: str, out: str) -> None:
-    """Outside --format github no line may start (after blanks) with `::`, and `##[` may appear nowhere."""
-    for line in out.split("\n"):
+    """Outside --format github no line may start (after blanks) with `::`, and `##[` may appear nowhere.
+
+    A line is what any viewer may show as one: split at every separator `str.splitlines` knows (U+2028, NEL …).
+    """
+    for line in out.splitlines():
         assert not line.lstrip().startswith("::"), f"{name}: a line starts with '::': {line[:120]!r}"
     assert "##[" not in out, f"{name}: holds a '##[' workflow command"
 
@@ -84,7 +87,7 @@ def check_markdown(name: str, out: str) -> None:
 def check_github(name: str, out: str) -> None:
     valid_unicode(name, out)
     assert "\x1b" not in out and "##[" not in out
-    for line in out.rstrip("\n").split("\n"):
+    for line in out.rstrip("\n").splitlines():  # U+2028, NEL, VT … split a line for some viewers
         assert _GITHUB_LINE.match(line), f"{name}: not one of our annotations: {line[:160]!r}"
 
 

@@ -28,7 +28,8 @@ HOSTILE = [
     "\x1b[31mred\x1b[0m", "\x1b]8;;http://evil\x07link\x1b]8;;\x07", "\x1b]0;title\x07", "\x9b31m", "\x07bell\x00nul",
     "lone \ud800 surrogate", "\udcff undecodable byte", "nonchar \ufffe\uffff", "bidi \u202eevil\u202c",
     "<script>alert(1)</script>", "a|b|c", "`code` *em* _u_ [l](http://x)", "&amp; &lt;", "]]>", "%0A%25",
-    "line\u2028sep", "tab\tsep", "x" * 5000, "\\", '"', "}, {", "]", "NCCL INFO", "a:1:2 NCCL WARN x",
+    "line\u2028sep", "x\u2028::error::ls", "x\u2029::error::ps", "x\x85::error::nel", "x\x0b::error::vt",
+    "x\x1e::error::rs", "tab\tsep", "x" * 5000, "\\", '"', "}, {", "]", "NCCL INFO", "a:1:2 NCCL WARN x",
 ]
 #: Numbers at and beyond every boundary the parsers convert to.
 EXTREME = [0, -1, 2**31, 2**63 - 1, 2**63, -2**63 - 1, 2**64, 10**30, 1e20, -1e20, 1e308, -1e308, 5e-324, 0.5,
@@ -262,6 +263,20 @@ def mark_flood(rng: random.Random, data: bytes) -> bytes:
     return data[:rng.randrange(2, max(3, len(data)))] + b"(" * rng.choice([1000, 50000])
 
 
+#: Opcodes whose argument length the file states (1, 4 or 8 bytes of prefix): a prefix past the end of the data
+#: must be refused before the unpickler allocates it (parsers/safe_unpickle.py).
+LENGTH_OPCODES = [(b"\x8e", 8), (b"\x8d", 8), (b"\x96", 8), (b"\x8b", 4), (b"B", 4), (b"X", 4), (b"T", 4),
+                  (b"C", 1), (b"\x8c", 1), (b"\x8a", 1)]
+
+
+def length_lie(rng: random.Random, data: bytes) -> bytes:
+    """A length-prefixed opcode announcing up to 2**64 - 1 bytes, spliced in with a few bytes after it."""
+    op, w = rng.choice(LENGTH_OPCODES)
+    n = rng.choice([(1 << (8 * w)) - 1, (1 << (8 * w - 1)) - 1, 1 << (8 * w - 2), 1 << 31 if w > 4 else 255])
+    i = rng.randrange(2, max(3, len(data)))
+    return data[:i] + op + min(n, (1 << (8 * w)) - 1).to_bytes(w, "little") + data[i:i + rng.randrange(64)]
+
+
 def mutate_pickle(rng: random.Random, data: bytes) -> bytes:
     try:
         obj = safe_loads(data)
@@ -277,7 +292,7 @@ def mutate_pickle(rng: random.Random, data: bytes) -> bytes:
 def mutate(rng: random.Random, data: bytes, kind: str) -> bytes:
     """One example of damaged input of ``kind`` (trace | log | stderr | fr_pickle | fr_json) from a clean fixture."""
     structural = {"trace": [mutate_json], "fr_json": [mutate_json], "log": [mutate_lines], "stderr": [mutate_lines],
-                  "fr_pickle": [mutate_pickle, memo_bomb, mark_flood]}[kind]
+                  "fr_pickle": [mutate_pickle, memo_bomb, mark_flood, length_lie]}[kind]
     out = data
     for _ in range(rng.choice([1, 1, 2, 3])):
         op = rng.choice(structural * 3 + BYTE_MUTATIONS)
