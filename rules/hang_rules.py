@@ -1,6 +1,7 @@
 """Hang post-mortem rules: read the `hang` section (analyzer/hang/analysis.py) and the watchdog timeouts of the `nccl` section."""
 from __future__ import annotations
 
+import re
 from typing import Iterator
 
 from rules.context import Context
@@ -25,6 +26,17 @@ WORDS = {
     "stuck_p2p": "are stuck in a send/recv with each other", "p2p_mismatch": "posted a send/recv with no match",
     "rendezvous_failure": "could not form the job (rendezvous failed)",
 }
+def _no_culprit_title(kind: str, cause: str) -> str:
+    """The title of a diagnosis that names no rank, for the kinds where "Collectives timed out" would be wrong."""
+    if kind == "nccl_error":
+        classes = list(dict.fromkeys(re.findall(r"\bnccl[A-Z][A-Za-z]{2,40}\b", cause)))
+        return (f"NCCL error ({', '.join(classes[:2])})" if classes else "NCCL error") + \
+            " on a rank the inputs do not name"
+    if kind == "rendezvous_failure":
+        return "The job could not form (rendezvous failed)"
+    return ""
+
+
 TIE_WORDS = {"mismatched_op": "op", "mismatched_size": "element count", "mismatched_dtype": "dtype"}
 
 
@@ -50,7 +62,7 @@ def _diag_finding(d: dict, ctx_no_dump: dict | None = None) -> Finding:
         title = f"{ranks_text(culprits).capitalize()} {WORDS.get(kind, kind)}" + \
             (f" in {where}" if pg else (f" ({op})" if op else ""))
     else:
-        title = f"Collectives timed out in {where}"
+        title = _no_culprit_title(kind, str(d.get("cause") or "")) or f"Collectives timed out in {where}"
     ev = []
     if d.get("cause"):
         ev.append(Evidence(str(d["cause"])))
