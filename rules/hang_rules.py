@@ -26,14 +26,19 @@ WORDS = {
     "stuck_p2p": "are stuck in a send/recv with each other", "p2p_mismatch": "posted a send/recv with no match",
     "rendezvous_failure": "could not form the job (rendezvous failed)",
 }
-def _no_culprit_title(kind: str, cause: str) -> str:
+def _no_culprit_title(kind: str, cause: str, waiting: list[int]) -> str:
     """The title of a diagnosis that names no rank, for the kinds where "Collectives timed out" would be wrong."""
     if kind == "nccl_error":
         classes = list(dict.fromkeys(re.findall(r"\bnccl[A-Z][A-Za-z]{2,40}\b", cause)))
-        return (f"NCCL error ({', '.join(classes[:2])})" if classes else "NCCL error") + \
-            " on a rank the inputs do not name"
+        what = f"NCCL error ({', '.join(classes[:2])})" if classes else "NCCL error"
+        if waiting:
+            return f"{what} seen by {ranks_text(waiting)}; the failing side is not named in the inputs"
+        return f"{what} on a rank the inputs do not name"
     if kind == "rendezvous_failure":
         return "The job could not form (rendezvous failed)"
+    if kind == "crashed_rank":
+        return ("A process failed; the inputs do not say which rank" if "failing on its own" in cause else
+                "A process lost a peer (it exited, crashed or stalled); the inputs do not say which")
     return ""
 
 
@@ -62,7 +67,7 @@ def _diag_finding(d: dict, ctx_no_dump: dict | None = None) -> Finding:
         title = f"{ranks_text(culprits).capitalize()} {WORDS.get(kind, kind)}" + \
             (f" in {where}" if pg else (f" ({op})" if op else ""))
     else:
-        title = _no_culprit_title(kind, str(d.get("cause") or "")) or f"Collectives timed out in {where}"
+        title = _no_culprit_title(kind, str(d.get("cause") or ""), waiting) or f"Collectives timed out in {where}"
     ev = []
     if d.get("cause"):
         ev.append(Evidence(str(d["cause"])))

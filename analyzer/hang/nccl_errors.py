@@ -42,7 +42,7 @@ CLASSES: dict[str, tuple[str, str, bool]] = {
         True),
     "ncclInternalError": (
         "an internal check of NCCL failed: an NCCL bug, memory corruption, or (often) a network failure that "
-        "surfaced through an internal path",
+        "surfaced through an internal path (NCCL 2.18 reports every network error so, NVIDIA/nccl#1092)",
         "Rerun with NCCL_DEBUG=INFO and read the first WARN line; a closed or reset connection there is a network "
         "or peer failure (treat as ncclRemoteError); otherwise upgrade NCCL.", True),
     "ncclInvalidArgument": (
@@ -206,16 +206,20 @@ def apply(diags: list[HangDiagnosis], logs: list) -> list[HangDiagnosis]:
     if not rs:
         return diags
     covered: set[int] = set()
+    out: list[HangDiagnosis] = []
     for d in diags:
-        if d.kind != "nccl_error":
-            continue
-        mine = [r for r in rs if r.rank in d.culprit_ranks]
+        mine = [r for r in rs if r.rank in d.culprit_ranks] if d.kind == "nccl_error" else []
+        victims = {r.rank for r in mine} - {r.rank for r in mine if r.own}
+        if mine and victims >= set(d.culprit_ranks):
+            continue  # every culprit only noticed a remote / network failure: rebuilt below, as a victim
         if mine:
             d.cause = d.cause + " — " + "; ".join(_sentence(r) for r in mine[:2]) if d.cause else \
                 "; ".join(_sentence(r) for r in mine[:2])
             d.fix = _fix(mine)
             d.evidence.extend(e for r in mine[:2] for e in r.evidence[1:3] if e not in d.evidence)
             covered |= {id(r) for r in mine}
+        out.append(d)
+    diags = out
     rest = [r for r in rs if id(r) not in covered and not any(
         r.rank in d.culprit_ranks or (r.rank >= 0 and r.rank in d.waiting_ranks) for d in diags)]
     if not rest:
