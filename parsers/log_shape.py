@@ -40,6 +40,8 @@ _CODE = re.compile(r"\s{0,16}(?:def |class |async def |import \w|from [\w.]+ imp
                    r"elif |else:|try:|except\b|with .{1,200}:$|for .{1,200} in .{1,200}:$|if .{1,200}:$|@\w|"
                    r"#include |#define |static |const |void |int |struct |namespace |using |"
                    r"\w{1,64} = [\w\[\]{}(\"'.-]|\w{1,64}: [\w\[\].]{1,64} = )")
+#: lines that only documents have: Markdown headings, fences, table rows, reStructuredText directives / literal blocks
+_DOC = re.compile(r"#{1,6} [A-Za-z`*]|\s{0,3}(?:```|~~~)|\s{0,3}\|.*\|\s*$|\.\. [\w-]{1,40}::|.{0,4096}::$")
 _TRIPLE = re.compile(r'"""|\'\'\'')
 _OPEN_SQ = re.compile(r"""(?:^|[\s(\[{=,:+])[rbfuRBFU]{0,2}'[^']*$""")
 #: the shape of a log line once a launcher prefix is peeled
@@ -54,7 +56,6 @@ _LOG_START = re.compile(
     r"|terminate called|what\(\): |Last error:|Exception raised from |frame #\d{1,4}: |Fatal Python error"
     r"|Signal \d{1,3} \(SIG|\*\*\* SIG|srun: |slurmstepd: |NVRM: |\[\d{1,7}\]:$|Failures:|Root Cause"
     r"|(?:time|host|rank|exitcode|error_file|traceback)\s{0,16}: "
-    r"|Some NCCL operations have failed|To avoid data inconsistency|Watchdog caught"
     r"|\[(?:PG |Rank )\d|Rank \d{1,7} (?:failed to pass|successfully reached) monitoredBarrier"
     r"|(?:socketProgress\w{0,8}|Net|NET/\w{1,16}|misc/socket\.cc:\d{1,6}) ?: "
     r"|[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \S{1,256} \S{1,64}: )")
@@ -74,6 +75,7 @@ class LogShape:
     prose: int = 0     # bare marker lines that read as a sentence
     code: int = 0      # lines of the text that look like source code
     lines: int = 0
+    source: bool = False  # enough code lines that strings, docstrings and comments are told apart
 
     @property
     def markers(self) -> int:
@@ -86,7 +88,7 @@ class LogShape:
 
     def reason(self) -> str:
         """Why a text with markers is not a log (for the skipped-files list)."""
-        what = "code or configuration" if self.code * 4 >= max(1, self.lines) else "prose or documentation"
+        what = "source code" if self.source else "prose, documentation or configuration"
         return (f"text that quotes log lines ({what}: {self.quoted} quoted, {self.prose} in sentences, "
                 f"{self.log} shaped like a log line), not a log")
 
@@ -116,6 +118,8 @@ def judge(head: bytes | str) -> LogShape:
     out = LogShape(lines=len(lines))
     out.code = sum(1 for ln in lines if _CODE.match(ln[:MAX_LINE]))
     codey = out.code >= 3 and out.code * 10 >= len([ln for ln in lines if ln.strip()])
+    out.source = codey
+    doc = sum(1 for ln in lines if _DOC.match(ln[:MAX_LINE])) >= 2  # an indented block there is a quotation
     fence = triple = False
     tb = 0  # lines left of an open traceback (frames quote paths that hold markers)
     for raw in lines:
@@ -139,6 +143,9 @@ def judge(head: bytes | str) -> LogShape:
         if tb and (_FRAME.match(body) or body[:1].isspace()):
             out.log += 1
             tb = 200
+            continue
+        if doc and body.startswith("    ") and len(body) == len(ln):
+            out.quoted += 1  # a Markdown / reST indented code block
             continue
         pos = m.start() - (len(ln) - len(body_s))
         if (_in_literal(ln, m.start()) if codey else _quoted_before(body_s[:max(0, pos)])):
