@@ -119,7 +119,8 @@ def classify(path: Path) -> InputFile:
         return InputFile(str(path), UNKNOWN, "binary: a Python pickle that is not a Flight Recorder dump")
     if b"\x00" in head[:4096] or _binary_share(head[:4096]) > 0.3:
         return InputFile(str(path), UNKNOWN, "binary")
-    if stripped[:1] == b"[" and stripped[1:].lstrip()[:1] in (b"{", b"[", b"]", b'"'):
+    nxt = stripped[1:].lstrip()[:1]
+    if stripped[:1] == b"[" and nxt and nxt in b'{["]-0123456789':  # a JSON list, not a TOML [section]
         return InputFile(str(path), UNKNOWN, "top-level JSON is a list, not a trace object")
     if len(head) < MIN_TRACE_BYTES:
         return InputFile(str(path), UNKNOWN, f"too small to be a trace (under {MIN_TRACE_BYTES} bytes)")
