@@ -8,7 +8,7 @@ a docstring of source code are a quotation, not an event (issue #23: `analyze do
 own docs/stderr.md as a failed job).
 
 `judge(head)` counts the lines holding a log marker (the same literals the sniffers look for) by context:
-*log-shaped* (bare, with a log line's shape), *quoted* (fence, table, string, docstring, comment) and *prose* (bare,
+*log-shaped* (bare, with a log line's shape), *quoted* (fence, table, string, docstring, comment, `>>>` session) and *prose* (bare,
 but a sentence). A text is a log when at least one marker line is log-shaped and log-shaped lines are not
 outnumbered by quoted and prose ones. A bare log of two NCCL error lines is a log; a README that pastes one
 traceback into a fence among prose is not. Pure, bounded: at most MAX_LINES lines of at most MAX_LINE characters.
@@ -120,7 +120,7 @@ def judge(head: bytes | str) -> LogShape:
     codey = out.code >= 3 and out.code * 10 >= len([ln for ln in lines if ln.strip()])
     out.source = codey
     doc = sum(1 for ln in lines if _DOC.match(ln[:MAX_LINE])) >= 2  # an indented block there is a quotation
-    fence = triple = False
+    fence = triple = repl = False
     tb = 0  # lines left of an open traceback (frames quote paths that hold markers)
     for raw in lines:
         ln = raw[:MAX_LINE].rstrip("\r")
@@ -131,11 +131,16 @@ def judge(head: bytes | str) -> LogShape:
         in_string = fence or triple
         if n_triple % 2:
             triple = not triple
+        stripped = ln.lstrip()
+        if stripped.startswith((">>> ", "... ", "In [")):
+            repl = True  # an interactive session (doctest, IPython): what follows it is its quoted output
+        elif not stripped:
+            repl = False
         m = MARKER.search(ln)
         if m is None:
             tb = max(0, tb - 1) if ln.strip() else tb
             continue
-        if in_string or n_triple or _TABLE.match(ln):
+        if in_string or n_triple or repl or _TABLE.match(ln):
             out.quoted += 1
             continue
         label, local, rank, mpi, body = peel(ln)
