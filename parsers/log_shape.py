@@ -61,8 +61,7 @@ _LOG_START = re.compile(
     r"|[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \S{1,256} \S{1,64}: )")
 #: a bare line that carries an exception head or a C++ source location mid-line is a log line an application
 #: printed (`rank 0: collective failed: RuntimeError: [/…/gloo/transport/tcp/unbound_buffer.cc:129] Timed out …`)
-_EMBEDDED = re.compile(r"(?:^|[\s:\]>|])(?:[A-Za-z_]\w{0,100}\.){0,12}[A-Z]\w{0,100}(?:Error|Exception): \S"
-                       r"|nccl[A-Z]\w{2,40}: |[\w/.-]{1,1024}\.(?:cc|cpp|hpp|cu|cuh|h):\d{1,7}\b")
+_EMBEDDED = re.compile(r"[A-Za-z0-9_](?:Error|Exception): \S|nccl[A-Z]\w{2,40}: |\w\.(?:cc|cpp|hpp|cu|cuh|h):\d{1,7}\b")
 _FRAME = re.compile(r"\s{1,12}File \"[^\"]{1,4096}\", line \d{1,9}")
 
 
