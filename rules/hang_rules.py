@@ -181,8 +181,12 @@ def missing_rank(ctx: Context) -> Iterator[Finding]:
 def nccl_error(ctx: Context) -> Iterator[Finding]:
     """A rank reported an NCCL error (ncclSystemError, ncclRemoteError, …); its peers then time out.
 
-    Errors come from the watchdog/ProcessGroupNCCL lines gathered by the hang analysis; a peer's
-    'remote error' seen from a rank that itself timed out is not counted as that rank's own error.
+    Errors come from the watchdog/ProcessGroupNCCL lines gathered by the hang analysis and from stderr's
+    `NCCL error in: …` lines with the class line and NCCL's `Last error:` after them (analyzer/hang/nccl_errors.py):
+    the finding gives the class, what it means and its fix, the NCCL version and the far side of the failing
+    connection. A system / CUDA / internal / usage / argument error is the printing rank's own failure; a remote
+    error makes the printing rank a victim (the culprit is at the peer address). Lines without a rank tag still
+    make a finding, naming no rank.
     """
     yield from _diags(ctx, ("nccl_error",))
 
