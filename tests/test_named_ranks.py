@@ -84,3 +84,14 @@ def test_wait_all_ranks_names_every_late_rank(tmp_path):
     first = rep["findings"][0]
     assert first["subject"]["ranks"] == [1, 3, 6]
     assert "ranks 0, 2 wait in a monitored_barrier" in [e["text"] for e in first["evidence"]]
+
+
+def test_the_detail_mismatch_report_names_the_odd_rank_with_its_element_count():
+    """TORCH_DISTRIBUTED_DEBUG=DETAIL: rank 1 all-reduces 8 elements, the others 16 (real capture); the counts are
+    sizes, not op names."""
+    rep = _report(str(STDERR / "real-cpu" / "collective_mismatch_detail"))
+    first = rep["findings"][0]
+    texts = [e["text"] for e in first["evidence"]]
+    assert first["id"] == "HANG001" and first["subject"]["ranks"] == [1]
+    assert "elements per rank: 0: 16, 1: 8, 2: 16" in texts
+    assert not any(t.startswith("op per rank") for t in texts)
