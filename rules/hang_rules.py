@@ -37,6 +37,8 @@ def _no_culprit_title(kind: str, cause: str, waiting: list[int]) -> str:
     if kind == "rendezvous_failure":
         return "The job could not form (rendezvous failed)"
     if kind == "crashed_rank":
+        if "stopped from outside" in cause:
+            return "The job was stopped from outside (the launcher received a signal)"
         return ("A process failed; the inputs do not say which rank" if "failing on its own" in cause else
                 "A process lost a peer (it exited, crashed or stalled); the inputs do not say which")
     return ""

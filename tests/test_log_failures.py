@@ -52,3 +52,25 @@ def test_a_clean_log_stays_ok(tmp_path):
     code = main([str(folder), "--format", "json", "-q", "-o", str(out), "--jobs", "1"])
     rep = json.loads(out.read_text())
     assert code == 0 and rep["verdict"].startswith("OK") and not rep["findings"]
+
+
+REAL = Path(__file__).resolve().parents[1] / "fixtures" / "stderr" / "real-cpu"
+
+
+def _first(folder: Path, tmp_path: Path) -> dict:
+    out = tmp_path / "r.json"
+    assert main([str(folder), "--format", "json", "-q", "-o", str(out), "--jobs", "1"]) == 1
+    return json.loads(out.read_text())["findings"][0]
+
+
+def test_a_rank_that_exits_with_its_own_code_is_named(tmp_path):
+    """Real capture: rank 1 os._exit(3) with no traceback; torchrun's table names it; the others lost it."""
+    first = _first(REAL / "exit_code_rank", tmp_path)
+    assert first["subject"]["ranks"] == [1] and first["confidence"] == 0.6
+    assert "ranks 0, 2 wait in a collective" in [e["text"] for e in first["evidence"]]
+
+
+def test_a_launcher_killed_from_outside_names_no_rank(tmp_path):
+    """Real capture: torchrun itself got SIGTERM (scancel, a time limit): no rank failed on its own."""
+    first = _first(REAL / "sigterm_agent", tmp_path)
+    assert first["title"].startswith("The job was stopped from outside") and first["subject"]["ranks"] == []
