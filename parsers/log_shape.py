@@ -8,8 +8,8 @@ a docstring of source code are a quotation, not an event (issue #23: `analyze do
 own docs/stderr.md as a failed job).
 
 `judge(head)` counts the lines holding a log marker (the same literals the sniffers look for) by context:
-*log-shaped* (bare, with a log line's shape), *quoted* (fence, table, string, docstring, comment, `>>>` session) and *prose* (bare,
-but a sentence). A text is a log when at least one marker line is log-shaped and log-shaped lines are not
+*log-shaped* (bare, with a log line's shape), *quoted* (fence, table, string, docstring, comment, `>>>` session)
+and *prose* (bare, but a sentence). A text is a log when at least one marker line is log-shaped and log-shaped lines are not
 outnumbered by quoted and prose ones. A bare log of two NCCL error lines is a log; a README that pastes one
 traceback into a fence among prose is not. Pure, bounded: at most MAX_LINES lines of at most MAX_LINE characters.
 """

@@ -130,8 +130,8 @@ def _fix_detail(diags: list[HangDiagnosis], logs: list) -> None:
     else:
         d.dtypes = dict(values)
         what = "dtype"
-    d.cause = ("the debug wrapper (TORCH_DISTRIBUTED_DEBUG=DETAIL) compared the ranks' calls of " + (op or "a collective")
-               + f": {what} " + ", ".join(f"rank {r}: {v}" for r, v in sorted(values.items())))
+    d.cause = ("the debug wrapper (TORCH_DISTRIBUTED_DEBUG=DETAIL) compared the ranks' calls of "
+               + (op or "a collective") + f": {what} " + ", ".join(f"rank {r}: {v}" for r, v in sorted(values.items())))
 
 
 def apply(diags: list[HangDiagnosis], logs: list) -> list[HangDiagnosis]:
