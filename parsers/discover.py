@@ -8,8 +8,9 @@ from pathlib import Path
 
 from parsers.errors import InputError
 from parsers.flight_recorder import looks_like_fr_dump
+from parsers.log_shape import LogShape, judge
 from parsers.nccl_log import looks_like_nccl_log
-from parsers.torch_stderr import looks_like_stderr
+from parsers.torch_stderr import SNIFF_TAIL, looks_like_stderr
 from parsers.safe_open import not_regular_reason, open_input
 
 #: Kinds a file can be classified as.
@@ -105,20 +106,47 @@ def classify(path: Path) -> InputFile:
     if name.startswith("nccl_trace_rank_") and head[:1] == b"\x80":
         return InputFile(str(path), FR_DUMP, "Flight Recorder file name")
     if looks_like_nccl_log(head):
-        return InputFile(str(path), NCCL_LOG, "text with NCCL / ProcessGroupNCCL lines")
+        shape = _shape(path, head)
+        if shape.is_log:
+            return InputFile(str(path), NCCL_LOG, "text with NCCL / ProcessGroupNCCL lines")
+        return InputFile(str(path), UNKNOWN, shape.reason())
     if looks_like_stderr(head, path):
-        return InputFile(str(path), STDERR, "text with Python tracebacks / torchrun / c10d / gloo / CUDA lines")
+        shape = _shape(path, head)
+        if shape.is_log:
+            return InputFile(str(path), STDERR, "text with Python tracebacks / torchrun / c10d / gloo / CUDA lines")
+        return InputFile(str(path), UNKNOWN, shape.reason())
     if head.startswith(b"\x80") and len(head) > 1 and head[1] in range(2, 6):
         return InputFile(str(path), UNKNOWN, "binary: a Python pickle that is not a Flight Recorder dump")
     if b"\x00" in head[:4096] or _binary_share(head[:4096]) > 0.3:
         return InputFile(str(path), UNKNOWN, "binary")
-    if stripped[:1] == b"[":
+    nxt = stripped[1:].lstrip()[:1]
+    if stripped[:1] == b"[" and nxt and nxt in b'{["]-0123456789':  # a JSON list, not a TOML [section]
         return InputFile(str(path), UNKNOWN, "top-level JSON is a list, not a trace object")
     if len(head) < MIN_TRACE_BYTES:
         return InputFile(str(path), UNKNOWN, f"too small to be a trace (under {MIN_TRACE_BYTES} bytes)")
     if Path(name).suffix in _TEXT_SUFFIXES:
         return InputFile(str(path), UNKNOWN, "text without NCCL or watchdog lines")
     return InputFile(str(path), UNKNOWN, "text, not a trace or log (no NCCL, watchdog or profiler content)")
+
+
+def _shape(path: Path, head: bytes) -> LogShape:
+    """How the text's marker lines read (parsers/log_shape.py): its head, or its tail when the head holds none
+    (a long log whose failure is at the end)."""
+    shape = judge(head)
+    if shape.markers or head.startswith(b"\x1f\x8b"):
+        return shape
+    try:
+        with open_input(path) as fh:
+            if fh.read(2) == b"\x1f\x8b":
+                return shape
+            size = fh.seek(0, 2)
+            if size <= len(head):
+                return shape
+            fh.seek(max(0, size - SNIFF_TAIL))
+            tail = fh.read(SNIFF_TAIL)
+    except (OSError, InputError):
+        return shape
+    return judge(tail[tail.find(b"\n") + 1:] if size > SNIFF_TAIL else tail)
 
 
 def _binary_share(block: bytes) -> float:

@@ -24,7 +24,8 @@ GUARD_TRIGRAMS = {
     b"ADDRINUSE": b"DDR", b"clients joined": b"joi", b"oom_kill": b"m_k", b"oom-kill": b"m-k", b"OOM": b"OOM",
     b"ECC": b"ECC", b"NVRM": b"NVR", b"expected size": b"xpe", b"invalid tensor": b"nva", b"egmentation": b"egm",
     b"_STATUS_": b"US_", b"terminate called": b"rmi", b"got stuck": b"tuc", b"Root Cause": b"Cau",
-    b"torch/distributed/elastic": b"d/e", b"torch.distributed.elastic": b"d.e",
+    b"torch/distributed/elastic": b"d/e", b"torch.distributed.elastic": b"d.e", b"Duplicate GPU": b"upl",
+    b"by remote peer": b"emo", b"ncclIn": b"lIn", b"failed : ": b"d :", b"Got completion from peer": b"mpl", b"NCCL operations have failed": b"ns ",
 }
 GUARD_LITERALS = tuple(GUARD_TRIGRAMS)
 GUARD = re.compile(b"|".join(re.escape(g) for g in GUARD_LITERALS))
@@ -57,6 +58,7 @@ def candidate_mask(data: bytes, n_lines: int) -> list[bool] | None:
     return mask.tolist()
 
 
+MAX_DETAIL = 400  # characters of an NCCL error class's explanation kept
 WINDOW = 2048  # characters around a marker that a family's regex may look at
 
 _SIZE = r"(\d{1,15}(?:\.\d{1,6})?) ?(bytes|[KMGTPE]i?B)"
@@ -76,6 +78,8 @@ _TIMED_OUT = re.compile(r"Timed out waiting (\d{1,15})ms for (recv|send|\w{1,32}
 _FROM_RANK = re.compile(r"\b(?:from|to|peer) rank (\d{1,7})")
 _TAG = re.compile(r"\btag:? (-?\d{1,19})")
 _MB_FAIL = re.compile(r"Rank (\d{1,7}) failed to pass monitoredBarrier in (\d{1,15}) ms")
+_MB_FAIL_ALL = re.compile(r"Ranks ((?:\d{1,7}, ){0,4096}\d{1,7}) failed to pass monitoredBarrier in (\d{1,15}) ms")
+_REPORTER = re.compile(r"\[Rank (\d{1,7})\]:? ")
 _MB_ERR = re.compile(r"while waiting for send/recv from rank (\d{1,7})")
 _FINGERPRINT = re.compile(
     r"Rank (\d{1,7}) is running collective: CollectiveFingerPrint\(SequenceNumber=(\d{1,19}), OpType=(\w{1,64})")
@@ -97,6 +101,21 @@ _NCCL_DETAIL_REASON = {"ncclSystemError": "unhandled system error", "ncclInterna
                        "ncclInvalidArgument": "invalid argument", "ncclInvalidUsage": "invalid usage",
                        "ncclUnhandledCudaError": "unhandled cuda error", "ncclInProgress": "NCCL operation in progress",
                        "ncclTimeout": "timeout"}
+#: the socket / network texts NCCL leaves as the "Last error:" (misc/socket.cc, transport/net_ib.cc, net plugins):
+#: the address is the far side of the failing connection, as `host<port>`
+_NCCL_ADDR = r"([0-9A-Za-z.:_%\[\]-]{1,256})<(\d{1,5})>"
+_NCCL_SOCKET = (
+    (re.compile(r"Call to (recv|send|connect|accept)\w{0,16} (?:from|to) " + _NCCL_ADDR + r" failed ?: ?([^\n]{1,200})"),
+     None),
+    (re.compile(r"Connection closed by remote peer " + _NCCL_ADDR), "connection closed by remote peer"),
+    (re.compile(r"Got completion from peer " + _NCCL_ADDR + r" with (?:status=\w{1,64}\(\d{1,5}\)|error) ?(\d{0,5})"),
+     "IB completion error"),
+    (re.compile(r"Connect to " + _NCCL_ADDR + r" failed ?: ?([^\n]{1,200})"), None),
+)
+_NCCL_PROXY_RANK = re.compile(r"(?:from|to) rank (\d{1,7})")
+_DUP_GPU = re.compile(r"Duplicate GPU detected : rank (\d{1,7}) and rank (\d{1,7}) both on CUDA device (\w{1,32})")
+_NCCL_CUDA_FAIL = re.compile(r"Cuda failure (\d{1,5}) '([^'\n]{1,200})'")
+_OFI_ERR = re.compile(r"NET/OFI [^\n]{0,200}?(?:completed with error|error)[^\n]{0,200}")
 # CUDA
 _CUDA_ERR = re.compile(r"(?:CUDA error|CUDA driver error|Triton Error \[CUDA\])(?:: | )([^.\n]{1,256})")
 _KERNEL_ASSERT = re.compile(r"(\S{1,1024}?\.(?:cu|cuh|h|cpp)):(\d{1,9}): ")  # at the start of the line
@@ -185,6 +204,9 @@ def classify(body: str) -> list[dict]:
         _cuda(body, rows)
     if "Xid" in body or "NVRM" in body or "ECC" in body:
         _gpu_driver(body, rows)
+    if "peer" in body or "Call to" in body or "Connect to" in body or "Duplicate GPU" in body \
+            or "Cuda failure" in body or "NET/OFI" in body:
+        _nccl_last_error(body, rows)
     _host(body, rows)
     return rows
 
@@ -231,10 +253,16 @@ def _gloo(body: str, rows: list[dict]) -> None:
         rows.append(dict(kind="gloo_timeout", reason="application timeout caused pair closure"))
     if "monitoredBarrier" in body:
         w = _window(body, "monitoredBarrier")
-        m = _MB_FAIL.search(w)
-        if m:
+        m, many = _MB_FAIL.search(w), _MB_FAIL_ALL.search(w)
+        rep = _REPORTER.search(w)
+        reporter = dict(code=int(rep.group(1))) if rep else {}  # `[Rank 0]:` the rank that printed it
+        if many:
+            for r in many.group(1).split(", "):
+                rows.append(dict(kind="monitored_barrier", peer=r, peer_rank=int(r), timeout_ms=int(many.group(2)),
+                                 reason="failed to pass", **reporter))
+        elif m:
             rows.append(dict(kind="monitored_barrier", peer=m.group(1), peer_rank=int(m.group(1)),
-                             timeout_ms=int(m.group(2)), reason="failed to pass"))
+                             timeout_ms=int(m.group(2)), reason="failed to pass", **reporter))
         else:
             e = _MB_ERR.search(w)
             if e:
@@ -314,8 +342,17 @@ def _nccl(body: str, rows: list[dict]) -> None:
                                  reason=_nccl_reason(o.group("reason"))))
             elif d:
                 rows.append(dict(kind="nccl_error", reason=_NCCL_DETAIL_REASON[d.group(1)]))
+    if "nccl" in body:
+        d = _NCCL_DETAIL.search(body, 0, 64 * 1024)
+        if d:
+            text = body[d.start():]
+            rows.append(dict(kind="nccl_error_detail", reason=d.group(1),
+                             message=text.split(" Last error:", 1)[0].strip()[:MAX_DETAIL]))
     if "DistBackendError" in body:
         rows.append(dict(kind="dist_backend_error"))
+    if "NCCL operations have failed" in body:
+        rows.append(dict(kind="nccl_teardown", reason="some NCCL operations have failed or timed out: "
+                                                       "ProcessGroupNCCL takes the process down"))
     if ("Watchdog caught collective" in body or "milliseconds before timing out" in body) and "WorkNCCL" in body:
         for r in parse_pytorch_line(_window(body, "WorkNCCL"))[1]:
             if r["kind"] == "timeout":
@@ -326,6 +363,41 @@ def _nccl(body: str, rows: list[dict]) -> None:
     if "got stuck" in body and "atchdog" in body:
         m = _WATCHDOG_STUCK.search(_window(body, "got stuck"))
         rows.append(dict(kind="watchdog_stuck", timeout_ms=int(m.group(1)) * 1000 if m else -1))
+
+
+def _nccl_last_error(body: str, rows: list[dict]) -> None:
+    """NCCL's "Last error:" texts (socket, IB, OFI, duplicate GPU, CUDA failure): the far side when they name it."""
+    if "<" in body and (">" in body) and ("peer" in body or "Call to" in body or "Connect to" in body):
+        for rx, reason in _NCCL_SOCKET:
+            m = rx.search(body, 0, 64 * 1024)
+            if m:
+                g = m.groups()
+                why = reason or g[-1].strip().lower()
+                if reason == "IB completion error" and g[2]:
+                    why = f"IB completion error {g[2]}"
+                elif reason is None and g[0] in ("recv", "send", "connect", "accept"):
+                    why = f"{g[0]} failed: {why}"
+                host, port = (g[1], g[2]) if g[0] in ("recv", "send", "connect", "accept") else (g[0], g[1])
+                pr = _NCCL_PROXY_RANK.search(body, 0, 4096)
+                rows.append(dict(kind="nccl_last_error", peer=f"{host}:{port}", reason=why[:200],
+                                 peer_rank=int(pr.group(1)) if pr else -1))
+                return
+    if "Duplicate GPU" in body:
+        m = _DUP_GPU.search(body, 0, 64 * 1024)
+        if m:
+            rows.append(dict(kind="nccl_last_error", peer_rank=int(m.group(2)), device=m.group(3),
+                             reason=f"duplicate GPU: ranks {m.group(1)} and {m.group(2)} on one CUDA device"))
+            return
+    if "Cuda failure" in body:
+        m = _NCCL_CUDA_FAIL.search(body, 0, 64 * 1024)
+        if m:
+            rows.append(dict(kind="nccl_last_error", code=int(m.group(1)), reason=f"CUDA failure {m.group(1)} "
+                             f"'{m.group(2)}'"))
+            return
+    if "NET/OFI" in body:
+        m = _OFI_ERR.search(body, 0, 64 * 1024)
+        if m:
+            rows.append(dict(kind="nccl_last_error", reason=m.group(0).strip()[:200]))
 
 
 def _cuda(body: str, rows: list[dict]) -> None:

@@ -57,6 +57,9 @@ _AGENT_LINE = re.compile(r"(?:[IWEF]\d{4} \d\d:\d\d:\d\d\.\d{1,9} {1,4}\d{1,10} 
                          r"torch[/.]distributed[/.]")
 # ProcessGroupNCCL's log prefix for the default group, whose group rank is the global rank
 _DEFAULT_PG_RANK = re.compile(r"\[PG (?:ID )?0 (?:PG GUID [^\s\]()]{1,64} ?)?\(default_pg\) Rank (\d{1,7})\]")
+# `[Rank N]` that c10d puts before its own messages (the watchdog before torch 2.2 printed no group, gloo's
+# monitoredBarrier `[Rank 0]: Rank 2 failed to pass …`), after any glog prefix: the rank of the process that printed
+_RANK_TAG = re.compile(r"(?:\[?[EWIF]\d{0,4}[ \d:.]{0,24}(?:\d{1,10} )?[\w./-]{1,200}:\d{1,7}\] ?)?\[Rank (\d{1,7})\]")
 _RANK_ANY = re.compile(r"\[rank(\d{1,7})\]: ?")
 _LOGDIR = re.compile(r"attempt_\d{1,6}[/\\](\d{1,7})[/\\](?:stderr|stdout)\.log$")
 _SNIFF = re.compile(
@@ -356,6 +359,10 @@ class _Parser:
             m = _DEFAULT_PG_RANK.search(body, 0, 4096)
             if m:
                 rank = int(m.group(1))  # the default group's rank is the global rank
+        elif rank < 0 and "[Rank " in body and "[PG " not in body:
+            m = _RANK_TAG.match(body)
+            if m:
+                rank = int(m.group(1))
         if _AGENT_LINE.match(body):
             self.agent_lines += 1
         rows = classify(body)

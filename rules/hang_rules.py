@@ -1,6 +1,7 @@
 """Hang post-mortem rules: read the `hang` section (analyzer/hang/analysis.py) and the watchdog timeouts of the `nccl` section."""
 from __future__ import annotations
 
+import re
 from typing import Iterator
 
 from rules.context import Context
@@ -25,6 +26,24 @@ WORDS = {
     "stuck_p2p": "are stuck in a send/recv with each other", "p2p_mismatch": "posted a send/recv with no match",
     "rendezvous_failure": "could not form the job (rendezvous failed)",
 }
+def _no_culprit_title(kind: str, cause: str, waiting: list[int]) -> str:
+    """The title of a diagnosis that names no rank, for the kinds where "Collectives timed out" would be wrong."""
+    if kind == "nccl_error":
+        classes = list(dict.fromkeys(re.findall(r"\bnccl[A-Z][A-Za-z]{2,40}\b", cause)))
+        what = f"NCCL error ({', '.join(classes[:2])})" if classes else "NCCL error"
+        if waiting:
+            return f"{what} seen by {ranks_text(waiting)}; the failing side is not named in the inputs"
+        return f"{what} on a rank the inputs do not name"
+    if kind == "rendezvous_failure":
+        return "The job could not form (rendezvous failed)"
+    if kind == "crashed_rank":
+        if "stopped from outside" in cause:
+            return "The job was stopped from outside (the launcher received a signal)"
+        return ("A process failed; the inputs do not say which rank" if "failing on its own" in cause else
+                "A process lost a peer (it exited, crashed or stalled); the inputs do not say which")
+    return ""
+
+
 TIE_WORDS = {"mismatched_op": "op", "mismatched_size": "element count", "mismatched_dtype": "dtype"}
 
 
@@ -50,7 +69,7 @@ def _diag_finding(d: dict, ctx_no_dump: dict | None = None) -> Finding:
         title = f"{ranks_text(culprits).capitalize()} {WORDS.get(kind, kind)}" + \
             (f" in {where}" if pg else (f" ({op})" if op else ""))
     else:
-        title = f"Collectives timed out in {where}"
+        title = _no_culprit_title(kind, str(d.get("cause") or ""), waiting) or f"Collectives timed out in {where}"
     ev = []
     if d.get("cause"):
         ev.append(Evidence(str(d["cause"])))
@@ -164,8 +183,12 @@ def missing_rank(ctx: Context) -> Iterator[Finding]:
 def nccl_error(ctx: Context) -> Iterator[Finding]:
     """A rank reported an NCCL error (ncclSystemError, ncclRemoteError, …); its peers then time out.
 
-    Errors come from the watchdog/ProcessGroupNCCL lines gathered by the hang analysis; a peer's
-    'remote error' seen from a rank that itself timed out is not counted as that rank's own error.
+    Errors come from the watchdog/ProcessGroupNCCL lines gathered by the hang analysis and from stderr's
+    `NCCL error in: …` lines with the class line and NCCL's `Last error:` after them (analyzer/hang/nccl_errors.py):
+    the finding gives the class, what it means and its fix, the NCCL version and the far side of the failing
+    connection. A system / CUDA / internal / usage / argument error is the printing rank's own failure; a remote
+    error makes the printing rank a victim (the culprit is at the peer address). Lines without a rank tag still
+    make a finding, naming no rank.
     """
     yield from _diags(ctx, ("nccl_error",))
 

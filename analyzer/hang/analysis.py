@@ -12,7 +12,7 @@ from typing import Any, Iterable
 
 import pandas as pd
 
-from analyzer.hang import matching, verdict, waits
+from analyzer.hang import log_failures, matching, named_ranks, nccl_errors, verdict, waits
 from analyzer.hang.diagnosis import KIND_ALIASES, HangDiagnosis, HangReport  # noqa: F401  (public names)
 from analyzer.hang.inputs import HangInputs, gather
 from analyzer.hang.stderr_facts import add_log_errors, stderr_facts
@@ -81,6 +81,8 @@ def analyze_hang(dumps: Iterable[Any] = (), logs: Iterable[Any] = (), world_size
     st = waits.rank_states(inp, {(d.group, d.seq): d.culprits for d in divs + lates})
     edges = waits.wait_edges(st)
     diags, no_dump = verdict.build(inp, st, edges, divs, facts, lates)
+    diags = nccl_errors.apply(named_ranks.apply(diags, stderr_logs), stderr_logs)  # stderr that names it outright
+    diags = log_failures.apply(diags, stderr_logs)  # a log that shows a failure never reads as OK
     quoted = {e[0] for d in diags for e in d.evidence}
     for d in diags:
         if d.kind in ("crashed_rank", "lagging_rank", "missing_rank", "nccl_error", "device_stalled"):

@@ -1,0 +1,165 @@
+"""Ranks that PyTorch names outright in stderr: `dist.monitored_barrier`'s "Rank 2 failed to pass monitoredBarrier
+in 2000 ms" (and "Ranks 1, 3 failed to pass …" with wait_all_ranks=True).
+
+monitored_barrier runs on the group's rank 0: every other rank sends to it and waits for its ack; rank 0 waits for
+each one up to the timeout and names the ranks that did not arrive. The named rank is the culprit (late, stuck
+elsewhere, or it never called the barrier); rank 0, which printed the line, and the ranks that "successfully reached
+monitoredBarrier, but received errors while waiting for send/recv from rank 0" are the ones that waited. This is
+PyTorch's own comparison, so it outranks any inference from who timed out (analyzer/hang/verdict.py's
+`_silent_members`, `_timeouts_only`).
+
+TORCH_DISTRIBUTED_DEBUG=DETAIL's collective-mismatch report ("Rank 0 is running collective: CollectiveFingerPrint(…,
+TensorShape=[16], …), but Rank 1 is running collective: … Collectives differ in the following aspects: Tensor shapes:
+16vs 8") gives each reporting rank's value and its peer's for the differing aspect: `detail_values` keeps them per
+aspect, so the finding shows element counts as sizes (not as op names).
+
+`apply(diags, logs)` merges the finding into the verdict's ranked list (analyzer/hang/analysis.py calls it).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from analyzer.hang.diagnosis import FIX, HangDiagnosis
+from analyzer.phrases import ranks_text
+
+#: diagnosis kinds that only infer a culprit from who timed out; PyTorch's named rank replaces them
+_INFERRED = ("lagging_rank", "missing_rank", "crashed_rank", "watchdog_timeout", "p2p_mismatch")
+CONFIDENCE = 0.9
+
+
+@dataclass
+class BarrierReport:
+    """What the monitored_barrier lines of the inputs say."""
+
+    late: list[int] = field(default_factory=list)           # ranks named as failing to pass
+    reporters: list[int] = field(default_factory=list)      # ranks that printed the naming line (the group's rank 0)
+    reached: list[int] = field(default_factory=list)        # ranks that reached it and lost rank 0
+    timeout_ms: int = -1
+    evidence: list[tuple[str, int | None, str]] = field(default_factory=list)
+
+
+def _events(logs: list) -> pd.DataFrame:
+    frames = []
+    for log in logs:
+        ev = getattr(log, "events", None)
+        if ev is not None and len(ev):
+            sel = ev[ev["kind"].astype(str) == "monitored_barrier"]
+            if len(sel):
+                frames.append(sel.assign(file=str(getattr(log, "path", ""))))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def barrier_report(logs: list) -> BarrierReport | None:
+    """The late ranks named by monitored_barrier lines, or None when no line names one."""
+    ev = _events(logs)
+    if ev.empty:
+        return None
+    named = ev[(ev["reason"].astype(str) == "failed to pass") & (ev["peer_rank"] >= 0)]
+    if named.empty:
+        return None
+    rep = BarrierReport()
+    rep.late = sorted({int(r) for r in named["peer_rank"]})
+    who = [int(r) if r >= 0 else int(c) for r, c in zip(named["rank"], named["code"])]
+    rep.reporters = sorted({r for r in who if r >= 0} - set(rep.late))
+    reached = ev[ev["reason"].astype(str) == "received errors from the peer"]
+    rep.reached = sorted({int(r) for r in reached["rank"] if r >= 0} - set(rep.late))
+    rep.timeout_ms = int(named["timeout_ms"].max())
+    seen = set()
+    for x in named.sort_values("line").itertuples(index=False):
+        if x.text in seen:
+            continue
+        seen.add(x.text)
+        rep.evidence.append((str(x.file), int(x.line), str(x.text)))
+    return rep
+
+
+def diagnosis(rep: BarrierReport) -> HangDiagnosis:
+    """A missing_rank diagnosis naming the late ranks."""
+    late = ranks_text(rep.late)
+    by = ranks_text(rep.reporters) if rep.reporters else "the group's rank 0"
+    within = f" within {rep.timeout_ms} ms" if rep.timeout_ms >= 0 else ""
+    reached = (f"; {ranks_text(rep.reached)} reached the barrier and then lost {by} when it gave up"
+               if rep.reached else "")
+    cause = (f"{by}'s dist.monitored_barrier names {late} as failing to pass{within}: "
+             f"{'they' if len(rep.late) > 1 else 'it'} arrived late, stalled before it or never called it "
+             f"(PyTorch's own check, not an inference){reached}")
+    return HangDiagnosis(kind="missing_rank", process_group="", pg_desc="", seq=None, op="monitored_barrier",
+                         culprit_ranks=list(rep.late), waiting_ranks=sorted(set(rep.reporters) | set(rep.reached)),
+                         evidence=rep.evidence[:4], cause=cause, confidence=CONFIDENCE, source="stderr",
+                         fix=FIX["missing_rank"])
+
+
+_ASPECT = re.compile(r"(Op type|Tensor shape|Tensor dtype)s?:\s*(\S+?)\s*vs\s*(\S+)", re.I)
+
+
+def detail_values(logs: list) -> tuple[str, dict[int, str]]:
+    """(aspect, rank → value) from the collective-mismatch rows: each row gives its rank's value and its peer's."""
+    aspect, values = "", {}
+    for log in logs:
+        ev = getattr(log, "events", None)
+        if ev is None or not len(ev):
+            continue
+        for x in ev[ev["kind"].astype(str) == "collective_mismatch"].itertuples(index=False):
+            m = _ASPECT.search(str(x.reason))
+            if not m:
+                continue
+            aspect = aspect or m.group(1).lower()
+            if int(x.rank) >= 0:
+                values.setdefault(int(x.rank), m.group(2))
+            if int(x.peer_rank) >= 0:
+                values.setdefault(int(x.peer_rank), m.group(3))
+    return aspect, values
+
+
+def _fix_detail(diags: list[HangDiagnosis], logs: list) -> None:
+    """The DETAIL report's values go under the aspect that differs (element counts are sizes, not ops)."""
+    d = next((d for d in diags if d.source == "stderr" and d.cause.startswith("the debug wrapper")), None)
+    if d is None:
+        return
+    aspect, values = detail_values(logs)
+    if not values or aspect == "op type":
+        return
+    op = d.op
+    d.ops = {r: op for r in values} if op else {}
+    if aspect == "tensor shape":
+        d.sizes = {r: int(v) for r, v in values.items() if v.isdigit()}
+        what = "elements"
+    else:
+        d.dtypes = dict(values)
+        what = "dtype"
+    d.cause = ("the debug wrapper (TORCH_DISTRIBUTED_DEBUG=DETAIL) compared the ranks' calls of "
+               + (op or "a collective") + f": {what} " + ", ".join(f"rank {r}: {v}" for r, v in sorted(values.items())))
+
+
+def apply(diags: list[HangDiagnosis], logs: list) -> list[HangDiagnosis]:
+    """The ranked diagnoses with monitored_barrier's named ranks merged in.
+
+    A diagnosis that names the same ranks gets the line as evidence and at least this confidence; inferred ones
+    (who timed out, who stayed silent) that name other ranks or none are replaced; one that shows a failure of the
+    named rank's own (an exception, a crash) stays first, with the barrier line added.
+    """
+    _fix_detail(diags, list(logs))
+    rep = barrier_report(list(logs))
+    if rep is None:
+        return diags
+    late = set(rep.late)
+    mine = diagnosis(rep)
+    out: list[HangDiagnosis] = []
+    merged = False
+    for d in diags:
+        culprits = set(d.culprit_ranks)
+        if culprits and culprits <= late and d.confidence >= 0.8 and not d.tie:
+            d.evidence[0:0] = [e for e in rep.evidence[:2] if e not in d.evidence]
+            d.confidence = max(d.confidence, CONFIDENCE)
+            merged = True
+            out.append(d)
+        elif d.kind in _INFERRED and d.source == "stderr" and (d.confidence < 0.7 or culprits <= late):
+            mine.evidence.extend(e for e in d.evidence[:2] if e not in mine.evidence)
+        else:
+            out.append(d)
+    if not merged:
+        out.insert(0 if not out or out[0].confidence < CONFIDENCE else 1, mine)
+    return out
