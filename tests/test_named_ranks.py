@@ -95,3 +95,25 @@ def test_the_detail_mismatch_report_names_the_odd_rank_with_its_element_count():
     assert first["id"] == "HANG001" and first["subject"]["ranks"] == [1]
     assert "elements per rank: 0: 16, 1: 8, 2: 16" in texts
     assert not any(t.startswith("op per rank") for t in texts)
+
+
+def test_group_ranks_of_a_sub_group_are_translated_through_its_member_list():
+    """On a sub-group the message counts the group's ranks: global 1 is the group's rank 0 and 'Rank 2' is global 3
+    (the real case fixtures/real-cpu-failures-3/monitored_barrier_subgroup_sigkill). With the member list known the
+    named rank is global; without it no global rank is named."""
+    from analyzer.hang.named_ranks import group_ranks
+
+    groups = [("0", [0, 1, 2, 3, 4]), ("1", [1, 2, 3, 4])]
+    assert group_ranks(1, 0, groups) == ("1", [1, 2, 3, 4])
+    assert group_ranks(0, 0, groups) is None             # the world's rank 0: global numbering
+    assert group_ranks(1, 0, [("0", [0, 1, 2, 3, 4])]) == ("", [])  # a sub-group no input lists
+    assert group_ranks(2, 0, [("1", [2, 3]), ("2", [2, 5])]) == ("", [])  # two candidates: undecided
+
+
+def test_a_sub_group_barrier_without_members_names_no_global_rank():
+    rep = _report(str(Path(__file__).resolve().parents[1] / "fixtures" / "real-cpu-failures-3"
+                      / "monitored_barrier_subgroup_sigkill"))
+    first = rep["findings"][0]
+    assert first["subject"]["ranks"] == [3]  # the SIGKILLed rank, not the group rank 2 the barrier printed
+    barrier = [f for f in rep["findings"] if "group rank(s) 2" in " ".join(e["text"] for e in f["evidence"])]
+    assert barrier and all(not f["subject"]["ranks"] and f["confidence"] < 0.5 for f in barrier)

@@ -81,7 +81,8 @@ def analyze_hang(dumps: Iterable[Any] = (), logs: Iterable[Any] = (), world_size
     st = waits.rank_states(inp, {(d.group, d.seq): d.culprits for d in divs + lates})
     edges = waits.wait_edges(st)
     diags, no_dump = verdict.build(inp, st, edges, divs, facts, lates)
-    diags = nccl_errors.apply(named_ranks.apply(diags, stderr_logs), stderr_logs)  # stderr that names it outright
+    member_lists = [(str(g.key), sorted(g.members)) for g in inp.groups.values() if g.members]
+    diags = nccl_errors.apply(named_ranks.apply(diags, stderr_logs, member_lists), stderr_logs)  # stderr that names it outright
     diags = log_failures.apply(diags, stderr_logs)  # a log that shows a failure never reads as OK
     quoted = {e[0] for d in diags for e in d.evidence}
     for d in diags:

@@ -13,7 +13,13 @@ TensorShape=[16], …), but Rank 1 is running collective: … Collectives differ
 16vs 8") gives each reporting rank's value and its peer's for the differing aspect: `detail_values` keeps them per
 aspect, so the finding shows element counts as sizes (not as op names).
 
-`apply(diags, logs)` merges the finding into the verdict's ranked list (analyzer/hang/analysis.py calls it).
+The ranks in these messages are the group's ranks, not global ones: on a sub-group, global rank 1 prints
+"[Rank 0]: Rank 2 failed to pass monitoredBarrier" about global rank 3. The reporter is always the group's rank 0,
+so a reporter whose global rank (its launcher prefix) is not its rank in the message, or not 0, shows a sub-group;
+the named ranks are then translated through the one group (from the dumps' group tables) whose member list puts
+the reporter at that index. With no such group, no rank is named above 0.5 (`group_ranks`).
+
+`apply(diags, logs, groups)` merges the finding into the verdict's ranked list (analyzer/hang/analysis.py calls it).
 """
 from __future__ import annotations
 
@@ -39,6 +45,19 @@ class BarrierReport:
     reached: list[int] = field(default_factory=list)        # ranks that reached it and lost rank 0
     timeout_ms: int = -1
     evidence: list[tuple[str, int | None, str]] = field(default_factory=list)
+    group: str = ""                                         # the sub-group the names were translated through
+    local: list[int] = field(default_factory=list)          # the names as printed, when they are group ranks
+    unresolved: bool = False                                # group ranks of a sub-group no input lists
+
+
+def group_ranks(reporter: int, code: int, groups: list[tuple[str, list[int]]]) -> tuple[str, list[int]] | None:
+    """The group whose sorted members put global `reporter` at index `code` (its rank in the message), if one."""
+    hits = [(k, m) for k, m in groups if 0 <= code < len(m) and m[code] == reporter]
+    whole = [h for h in hits if h[1] == list(range(len(h[1])))]
+    if whole and reporter == code:  # the message's numbering is the global one: nothing to translate
+        return None
+    sub = [h for h in hits if h not in whole]
+    return sub[0] if len({tuple(m) for _, m in sub}) == 1 else ("", [])
 
 
 def _events(logs: list) -> pd.DataFrame:
@@ -52,8 +71,8 @@ def _events(logs: list) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def barrier_report(logs: list) -> BarrierReport | None:
-    """The late ranks named by monitored_barrier lines, or None when no line names one."""
+def barrier_report(logs: list, groups: list[tuple[str, list[int]]] = ()) -> BarrierReport | None:
+    """The late ranks named by monitored_barrier lines (global ranks), or None when no line names one."""
     ev = _events(logs)
     if ev.empty:
         return None
@@ -67,6 +86,7 @@ def barrier_report(logs: list) -> BarrierReport | None:
     reached = ev[ev["reason"].astype(str) == "received errors from the peer"]
     rep.reached = sorted({int(r) for r in reached["rank"] if r >= 0} - set(rep.late))
     rep.timeout_ms = int(named["timeout_ms"].max())
+    _to_global(rep, named, ev, list(groups))
     seen = set()
     for x in named.sort_values("line").itertuples(index=False):
         if x.text in seen:
@@ -76,6 +96,30 @@ def barrier_report(logs: list) -> BarrierReport | None:
     return rep
 
 
+def _to_global(rep: BarrierReport, named: pd.DataFrame, ev: pd.DataFrame, groups: list) -> None:
+    """Translate group ranks to global ones when the reporter shows a sub-group (see the module docstring)."""
+    g = [int(r) for r in named["rank"] if r >= 0]
+    if not g:
+        return
+    reporter = g[0]
+    codes = [int(c) for c in named["code"] if c >= 0] if "code" in named.columns else []
+    code = codes[0] if codes else 0
+    if reporter == code:
+        return
+    found = group_ranks(reporter, code, groups)
+    if found is None:
+        return
+    key, members = found
+    rep.local = list(rep.late)
+    rep.reporters = [reporter]
+    if not members or any(r >= len(members) for r in rep.late):
+        rep.unresolved, rep.late = True, []
+        return
+    rep.group = key
+    rep.late = sorted(members[r] for r in rep.local)
+    rep.reached = sorted(set(rep.reached) - set(rep.late) - {reporter})
+
+
 def diagnosis(rep: BarrierReport) -> HangDiagnosis:
     """A missing_rank diagnosis naming the late ranks."""
     late = ranks_text(rep.late)
@@ -83,10 +127,21 @@ def diagnosis(rep: BarrierReport) -> HangDiagnosis:
     within = f" within {rep.timeout_ms} ms" if rep.timeout_ms >= 0 else ""
     reached = (f"; {ranks_text(rep.reached)} reached the barrier and then lost {by} when it gave up"
                if rep.reached else "")
-    cause = (f"{by}'s dist.monitored_barrier names {late} as failing to pass{within}: "
+    printed = ", ".join(str(r) for r in rep.local)
+    if rep.unresolved:
+        cause = (f"{by}'s dist.monitored_barrier names group rank(s) {printed} as failing to pass{within}; {by} is "
+                 f"not that group's rank 0 in the world's numbering, so these are ranks of a sub-group whose members "
+                 f"no input lists: which global ranks they are is unknown{reached}")
+        return HangDiagnosis(kind="missing_rank", process_group="", pg_desc="", seq=None, op="monitored_barrier",
+                             culprit_ranks=[], waiting_ranks=sorted(set(rep.reporters) | set(rep.reached)),
+                             evidence=rep.evidence[:4], cause=cause, confidence=0.4, source="stderr",
+                             fix=FIX["missing_rank"])
+    via = (f" (group rank(s) {printed} of process group {rep.group}, whose rank 0 is {by}: the message counts "
+           f"the group's ranks)" if rep.group else "")
+    cause = (f"{by}'s dist.monitored_barrier names {late}{via} as failing to pass{within}: "
              f"{'they' if len(rep.late) > 1 else 'it'} arrived late, stalled before it or never called it "
              f"(PyTorch's own check, not an inference){reached}")
-    return HangDiagnosis(kind="missing_rank", process_group="", pg_desc="", seq=None, op="monitored_barrier",
+    return HangDiagnosis(kind="missing_rank", process_group=rep.group, pg_desc="", seq=None, op="monitored_barrier",
                          culprit_ranks=list(rep.late), waiting_ranks=sorted(set(rep.reporters) | set(rep.reached)),
                          evidence=rep.evidence[:4], cause=cause, confidence=CONFIDENCE, source="stderr",
                          fix=FIX["missing_rank"])
@@ -134,7 +189,8 @@ def _fix_detail(diags: list[HangDiagnosis], logs: list) -> None:
                + (op or "a collective") + f": {what} " + ", ".join(f"rank {r}: {v}" for r, v in sorted(values.items())))
 
 
-def apply(diags: list[HangDiagnosis], logs: list) -> list[HangDiagnosis]:
+def apply(diags: list[HangDiagnosis], logs: list,
+          groups: list[tuple[str, list[int]]] = ()) -> list[HangDiagnosis]:
     """The ranked diagnoses with monitored_barrier's named ranks merged in.
 
     A diagnosis that names the same ranks gets the line as evidence and at least this confidence; inferred ones
@@ -142,9 +198,11 @@ def apply(diags: list[HangDiagnosis], logs: list) -> list[HangDiagnosis]:
     named rank's own (an exception, a crash) stays first, with the barrier line added.
     """
     _fix_detail(diags, list(logs))
-    rep = barrier_report(list(logs))
+    rep = barrier_report(list(logs), groups)
     if rep is None:
         return diags
+    if rep.unresolved:
+        return diags + [diagnosis(rep)]
     late = set(rep.late)
     mine = diagnosis(rep)
     out: list[HangDiagnosis] = []
