@@ -84,11 +84,14 @@ def blames_healthy(u: UserPath) -> list[tuple]:
 
 
 def shows_failure(exp: dict) -> bool:
-    return exp.get("job_outcome") != "finished_ok" and bool(exp.get("faults"))
+    """The job crashed, hung or never formed: its inputs show it (a job that finished with wrong results, e.g. a
+    different reduce op on one rank, leaves nothing that says so)."""
+    return exp.get("job_outcome") not in ("finished_ok", "finished_wrong_results") and bool(exp.get("faults"))
 
 
 def score(case: Path) -> str:
-    """right | tie | wrong | healthy | OK (a failure given verdict OK) — the first finding against the truth."""
+    """right | tie | wrong | healthy | OK (a failure given verdict OK) | unseen (the job finished and nothing in
+    the inputs shows its fault, and no finding claims one) — the first finding against the truth."""
     u = analysed(case)
     if blames_healthy(u):
         return "healthy"
@@ -99,7 +102,7 @@ def score(case: Path) -> str:
     if not faults:
         return "right" if not [d for d in u.diagnoses if d.confidence >= 0.5] else "wrong"
     if top is None:
-        return "wrong"
+        return "unseen" if not shows_failure(u.exp) else "wrong"
     if faults[0]["kind"] == "rendezvous_failure":
         return "right" if top.kind == "rendezvous_failure" else "wrong"
     want = [sorted(int(r) for r in f["ranks"]) for f in faults]
@@ -155,7 +158,7 @@ def table(beds: tuple[str, ...] = BEDS, include_held_out: bool = True) -> str:
     for (bed, held), t in sorted(tally.items()):
         n = sum(t.values())
         out.append(f"- {bed}{' (held out)' if held else ''}: {n} cases — " + ", ".join(
-            f"{k} {t.get(k, 0)}" for k in ("right", "tie", "wrong", "healthy", "OK")))
+            f"{k} {t.get(k, 0)}" for k in ("right", "tie", "unseen", "wrong", "healthy", "OK")))
     return "\n".join(out)
 
 

@@ -2,21 +2,18 @@
 tuned on the first. Its README records what the analysis said the first time it saw these cases (9 of 15 culprits
 right, 3 healthy ranks blamed); this file pins what it says now that those classes are fixed, and the invariant
 that matters most on every case: no healthy rank is named at confidence >= 0.5 unless the finding says it is a tie.
+Every folder is analysed the way a user runs it (`analyzer.load(folder)`, nothing from expected.json handed in).
 
 EXPECTED lists the first finding per case (kind, culprits, group, seq, tie). Where it differs from the planted fault,
 REASON says why the evidence cannot show more (docs/hang-analysis.md, "Validation").
 """
 from __future__ import annotations
 
-import json
-from functools import lru_cache
 from pathlib import Path
 
 import pytest
 
-from analyzer.hang.analysis import analyze_hang
-from analyzer.hang.section import rank_stderr_files
-from analyzer.load.job import load_job
+from tests import hang_user_path
 
 BED = Path(__file__).resolve().parent.parent / "fixtures" / "real-cpu-failures-2"
 CASES = sorted(p.parent for p in BED.glob("*/expected.json"))
@@ -56,12 +53,11 @@ REASON = {
 }
 
 
-@lru_cache(maxsize=None)
 def analysed(case: Path):
-    exp = json.loads((case / "expected.json").read_text())
-    job = load_job([case], jobs=1)
-    return exp, analyze_hang(job.fr_dumps, job.nccl_logs, world_size=exp["world_size"],
-                             rank_logs=rank_stderr_files(job), stderr_logs=job.stderr_logs)
+    """(expected.json, what `analyze DIR` gives), through tests/hang_user_path.py: nothing from expected.json
+    is handed in; one cached analysis per folder."""
+    u = hang_user_path.analysed(case)
+    return u.exp, u
 
 
 def test_every_case_has_an_expectation():

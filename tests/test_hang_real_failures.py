@@ -1,5 +1,6 @@
 """The post-mortem on real failures made with PyTorch (fixtures/real-cpu-failures) and real GPU dumps
-(fixtures/corpus/nvrx-fr-moe16), read the way the CLI reads a folder: the first finding names the culprit(s), the
+(fixtures/corpus/nvrx-fr-moe16), taken the user's path: `analyzer.load(folder)` (what `analyze DIR` runs) with
+nothing from expected.json handed in (tests/hang_user_path.py): the first finding names the culprit(s), the
 kind of fault, the group and the sequence number; no finding blames a healthy rank at confidence ≥ 0.5; every rank
 without a dump is named with a reason.
 
@@ -9,14 +10,11 @@ evidence supports and why (docs/hang-analysis.md, "Real failures"); culprit, gro
 from __future__ import annotations
 
 import json
-from functools import lru_cache
 from pathlib import Path
 
 import pytest
 
-from analyzer.hang.analysis import analyze_hang
-from analyzer.hang.section import rank_stderr_files
-from analyzer.load.job import load_job
+from tests import hang_user_path
 
 ROOT = Path(__file__).resolve().parent.parent / "fixtures"
 CASES = sorted(p.parent for p in (ROOT / "real-cpu-failures").glob("*/expected.json")) + \
@@ -40,13 +38,10 @@ UNDETECTABLE = {
 }
 
 
-@lru_cache(maxsize=None)
 def analysed(case: Path):
-    exp = json.loads((case / "expected.json").read_text())
-    job = load_job([case], jobs=1)
-    rep = analyze_hang(job.fr_dumps, job.nccl_logs, world_size=exp["world_size"], rank_logs=rank_stderr_files(job),
-                       stderr_logs=job.stderr_logs)
-    return exp, rep
+    """(expected.json, what the user gets from the folder), one cached analysis per folder."""
+    u = hang_user_path.analysed(case)
+    return u.exp, u
 
 
 def _id(p: Path) -> str:
