@@ -99,5 +99,8 @@ def test_nvrx_first_set_names_exactly_ranks_12_and_14_in_the_expert_group() -> N
     top = rep.diagnoses[0]
     assert (top.kind, top.culprit_ranks, top.process_group, top.pg_desc, top.seq) == (
         "device_stalled", [12, 14], "74", "EXPERT_MODEL_PARALLEL_GROUP", 20530)
-    assert len(rep.diagnoses) == 1 and top.waiting_ranks == [r for r in range(16) if r not in (12, 14)]
+    # group 74 is {12, 13, 14, 15}: only its members are said to wait in it; the other ranks' waits (in their own
+    # groups) are what this root explains
+    assert len(rep.diagnoses) == 1 and top.waiting_ranks == [13, 15]
+    assert {r for x in top.explains for r in x["waiting"]} | {13, 15} == {r for r in range(16) if r not in (12, 14)}
     assert "rank 12 completed only up to seq 42805 in group 41" in top.cause

@@ -177,14 +177,16 @@ def build(inp: HangInputs, st: RankStates, edges: pd.DataFrame, divs: list[Diver
     if not diags:
         diags.extend(timeouts_only(inp, facts))
     inp.warnings.extend(_quiet_absent(inp, st, edges))
+    reach: dict[int, int] = {}
     for d in diags:
         culprits = set(d.culprit_ranks)
-        d.waiting_ranks = sorted((set(d.waiting_ranks) | waiters_of(edges, culprits) | _group_waiters(inp, d))
-                                 - culprits)
+        waiting = (set(d.waiting_ranks) | waiters_of(edges, culprits) | _group_waiters(inp, d)) - culprits
+        reach[id(d)] = len(waiting)
+        d.waiting_ranks = _members_only(inp, d.process_group, waiting)
         d.explains = [x for x in explains_for(edges, culprits, inp)
                       if not (x["process_group"] == d.process_group and x["seq"] == d.seq)]
         d.fix = d.fix or FIX.get(d.kind, "")
-    diags.sort(key=lambda d: (_order(d), -len(d.waiting_ranks), -d.confidence,
+    diags.sort(key=lambda d: (_order(d), -reach[id(d)], -d.confidence,
                               d.seq if d.seq is not None else 1 << 62, d.process_group))
     return diags, no_dump
 
@@ -196,6 +198,14 @@ def _order(d: HangDiagnosis) -> int:
         return 6
     return KIND_ORDER.get(d.kind, 8)
 
+
+
+def _members_only(inp: HangInputs, g: str, waiting: set[int]) -> list[int]:
+    """The waiting ranks a diagnosis places in its group: only that group's members (from the dumps' group tables)
+    when they are known. Ranks that wait elsewhere on the same root are listed under `explains` with their own
+    group, never said to wait in a group they are not members of."""
+    members = inp.groups[g].members if g in inp.groups else None
+    return sorted(waiting & set(members)) if members else sorted(waiting)
 
 
 def _group_waiters(inp: HangInputs, d: HangDiagnosis) -> set[int]:
