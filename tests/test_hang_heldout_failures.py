@@ -22,7 +22,7 @@ CASES = sorted(p.parent for p in BED.glob("*/expected.json"))
 EXPECTED = {
     "ckpt_resume_broadcast_wrong_src": ("mismatched_op", [2, 6], "0", 37, True),
     "dataloader_worker_exception": ("crashed_rank", [1], "0", 37, False),
-    "eval_allgather_dtype_bf16": ("mismatched_size", [1], "0", 37, False),
+    "eval_allgather_dtype_bf16": ("mismatched_size", [0, 1], "0", 37, True),
     "eval_sampler_uneven_last_batch": ("missing_rank", [2], None, None, False),
     "first_collective_extra_allgather": ("mismatched_op", [4], "0", 1, False),
     "moe_ep_replicas_skipped_split_exchange_wrapped": ("mismatched_size", [4], "2", 46, False),
@@ -38,8 +38,10 @@ EXPECTED = {
 REASON = {
     "ckpt_resume_broadcast_wrong_src": "FR records no broadcast src: ranks 2 and 6 failed inside #37 that the others "
                                        "completed, and nothing says which of the two passed the wrong root",
-    "eval_allgather_dtype_bf16": "gloo aborted rank 1 (no dump): its numbers are one shape in bf16 or a shape twice "
-                                 "as large; the cause says both",
+    "eval_allgather_dtype_bf16": "gloo aborted rank 1 (no dump), the receiver of the larger message; its group has "
+                                 "two members and the eval all_gather is called once, so nothing shows whose size is "
+                                 "odd (a tie below 0.5); its numbers are one shape in bf16 or a shape twice as large, "
+                                 "and the cause says both",
     "first_collective_extra_allgather": "the extra all_gather is seq 1 and gloo aborted everyone there: no later "
                                         "entry shows that rank 4's next call would have matched",
     "moe_ep_replicas_skipped_split_exchange_wrapped": "the skipped count exchange leaves rank 4's token all_to_all "

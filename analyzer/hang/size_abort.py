@@ -19,7 +19,6 @@ def size_abort(facts: StderrFacts, r: int) -> bool:
     return bool(f and f.origin and f.origin.get("kind") in ("gloo_size_mismatch", "gloo_invalid_tensor_size"))
 
 
-
 def abort_side(inp: HangInputs, d: Divergence, facts: StderrFacts) -> tuple[list[int], str] | None:
     """Break a tie with ranks that gloo aborted in this group for receiving more data than their own buffer holds:
     such a rank holds the smaller buffer, so it sides with the ranks whose call moves fewer bytes."""
@@ -95,13 +94,14 @@ def dtype_from_abort(inp: HangInputs, facts: StderrFacts, d: HangDiagnosis) -> N
     """A size abort whose bytes received / held is the ratio of the others' element size to another dtype's
     (float32 against bfloat16: 2) may be a dtype mismatch with equal shapes; gloo's numbers cannot tell it from a
     shape twice as large, so the cause says both (the kind stays a size mismatch)."""
-    others = {str(d.dtypes.get(r, "")) for r in d.sizes if r not in d.culprit_ranks}
-    if len(others) != 1:
+    aborted = [r for r in d.culprit_ranks if size_abort(facts, r)]
+    others = {str(d.dtypes.get(r, "")) for r in d.sizes if r not in aborted}
+    if not aborted or len(others) != 1:
         return
     dt = others.pop()
     s = ITEM_BYTES.get(dt.split(",")[0], -1)
     ratios = set()
-    for r in d.culprit_ranks:
+    for r in aborted:
         o = facts.ranks[r].origin if r in facts.ranks else None
         got, held = (o.get("bytes_a", -1), o.get("bytes_b", -1)) if o else (-1, -1)
         if s < 0 or held <= 0 or got <= held or got % held:
@@ -112,7 +112,6 @@ def dtype_from_abort(inp: HangInputs, facts: StderrFacts, d: HangDiagnosis) -> N
     small = {1: "an 8-bit dtype", 2: "a 16-bit dtype (bfloat16 / float16)", 4: "a 32-bit dtype"}[s // k]
     d.cause += (f"; received / held = {k}, which is also what the same shape in {small} against the others' {dt} "
                 "gives: check the dtypes as well as the shapes")
-
 
 
 def call_bytes(inp: HangInputs, g: str, seq: int, r: int) -> int:
@@ -128,3 +127,132 @@ def call_bytes(inp: HangInputs, g: str, seq: int, r: int) -> int:
             return -1
         total += int(n) * item
     return total
+
+
+#: collectives whose members pass different sizes by design: agreement between their calls says nothing of a size
+SPLIT_OPS = {"alltoall", "scatter", "gather"}
+UNKNOWN_CONF = 0.4
+
+
+def _signature(inp: HangInputs, g: str, seq: int, r: int) -> tuple | None:
+    """What one rank passed at (g, seq): op, input/output shapes and dtypes of each part (None: no record)."""
+    c = inp.calls[(inp.calls["group"] == g) & (inp.calls["seq"] == seq) & (inp.calls["rank"] == r)
+                  & (inp.calls["kind"] == "coll")]
+    if c.empty:
+        return None
+    return tuple((str(x.op), str(x.sizes_in), str(x.dtype_in), str(x.sizes_out))
+                 for x in c.sort_values("order").itertuples(index=False))
+
+
+def _sig_text(sig: tuple) -> str:
+    return "; ".join(f"{op} in {si} {dt} out {so}" for op, si, dt, so in sig)
+
+
+def _siblings(inp: HangInputs, g: str) -> list:
+    """Other groups of the same role (same description, same size, no shared member)."""
+    me = inp.groups[g]
+    if not me.desc or not me.members:
+        return []
+    return [h for h in inp.groups.values() if h.key != g and h.desc == me.desc and h.members
+            and len(h.members) == len(me.members) and not set(h.members) & set(me.members)]
+
+
+def _steady(inp: HangInputs, g: str, seq: int, p: int, sig: tuple) -> int:
+    """How many earlier calls of rank p in group g came from the call site of its call at seq with the same op,
+    all passing exactly `sig` (0 when any of them differs, or the call site is unknown). Those calls completed
+    with every member (the group went on past them), so the other members passed matching sizes then."""
+    c = inp.calls[(inp.calls["group"] == g) & (inp.calls["rank"] == p) & (inp.calls["kind"] == "coll")]
+    now = c[c["seq"] == seq]
+    if now.empty or not str(now["frame"].iloc[0]):
+        return 0
+    frame = str(now["frame"].iloc[0])
+    seqs = sorted(int(s) for s in set(c.loc[(c["frame"] == frame) & (c["seq"] < seq), "seq"]))
+    if any(_signature(inp, g, s, p) != sig for s in seqs):
+        return 0
+    return len(seqs)
+
+
+def judge_receiver(inp: HangInputs, facts: StderrFacts, r: int, g: str, seq: int | None
+                   ) -> tuple[str, list[int], str, float]:
+    """Whose size is odd when gloo aborted rank r for receiving A bytes into its B-byte buffer at (g, seq).
+
+    Returns (verdict, ranks, why, confidence): 'receiver' (r's own size is the odd one: the members whose calls
+    are recorded agree with each other, or its one peer passed what the sibling groups of its role pass, or
+    what it passed at every earlier call from the same call site), 'sender' (its one peer passed what the
+    siblings do not), or 'unknown' (nothing names the sender; `ranks` are the suspects).
+    """
+    o = facts.ranks[r].origin
+    got, held = o.get("bytes_a", -1), o.get("bytes_b", -1)
+    members = set(inp.groups[g].members or ()) if g in inp.groups else set()
+    suspects = sorted(members) if members else sorted(set(inp.world)) if 0 < len(inp.world) <= 8 else []
+    if not g or seq is None or not members:
+        return "unknown", suspects, "no dump records the call it aborted in", UNKNOWN_CONF
+    present = {p: s for p in sorted(members - {r}) if (s := _signature(inp, g, seq, p)) is not None}
+    if not present:
+        return "unknown", suspects, f"no other member's dump records #{seq} of group {g}", UNKNOWN_CONF
+    if len(set(present.values())) > 1:
+        return "unknown", suspects, f"the other members' calls at #{seq} differ among themselves", UNKNOWN_CONF
+    sig = next(iter(present.values()))
+    if any(part[0] in SPLIT_OPS for part in sig):
+        return ("unknown", suspects, f"#{seq} is {sig[0][0]}, whose members pass different sizes by design",
+                UNKNOWN_CONF)
+    held_txt = f"its own {held}-byte buffer" if held >= 0 else "its own buffer"
+    if len(present) >= 2:
+        conf = 0.9 if len(present) == len(members) - 1 else 0.75
+        return "receiver", [r], (f"{ranks_text(sorted(present))} agree on their call at #{seq} ({_sig_text(sig)}), "
+                                 f"so what rank {r} received ({got} bytes) is what the group passes and "
+                                 f"{held_txt} is the odd size"), conf
+    p = next(iter(present))
+    sib = []
+    for h in _siblings(inp, g):
+        ss = {q: _signature(inp, h.key, seq, q) for q in sorted(h.members)}
+        if all(s is not None for s in ss.values()) and len(set(ss.values())) == 1:
+            sib.append((h.key, next(iter(ss.values()))))
+    if sib and len({s for _, s in sib}) == 1:
+        keys = ", ".join(k for k, _ in sib)
+        if sib[0][1] == sig:
+            return "receiver", [r], (f"rank {p}, its one peer, passed at #{seq} what the sibling group(s) {keys} of "
+                                     f"the same role pass ({_sig_text(sig)}), so {held_txt} is the odd size"), 0.75
+        return "sender", [p], (f"rank {p} passed at #{seq} {_sig_text(sig)}, where the sibling group(s) {keys} of the "
+                               f"same role pass {_sig_text(sib[0][1])}: rank {p}'s call is the odd one and rank {r} "
+                               f"only received its larger message ({got} bytes into {held_txt})"), 0.75
+    n = _steady(inp, g, seq, p, sig)
+    if n >= 2:
+        return "receiver", [r], (f"rank {p}, its one peer, passed {_sig_text(sig)} at #{seq} as at its {n} earlier "
+                                 f"calls from the same call site, which completed with rank {r}: rank {r}'s size "
+                                 f"changed, so {held_txt} is the odd size"), 0.7
+    return ("unknown", suspects, f"group {g} has {len(members)} members and only rank {p}'s call is recorded, with "
+            "no sibling group or earlier call from the same site to show the usual size", UNKNOWN_CONF)
+
+
+def decide_size_abort(inp: HangInputs, facts: StderrFacts, d: HangDiagnosis) -> None:
+    """Turn a root placed at the ranks gloo's size check aborted into what the sizes show: those ranks as the
+    culprits (their own size is odd), the sender whose call is odd, or a stated unknown below 0.5 that names the
+    aborted ranks as receivers and the group's members as suspects."""
+    aborted = [r for r in d.culprit_ranks if facts.ranks.get(r) and facts.ranks[r].origin
+               and facts.ranks[r].origin.get("kind") == "gloo_size_mismatch"]
+    if not aborted or len(aborted) != len(d.culprit_ranks):
+        return
+    got = [(r, *judge_receiver(inp, facts, r, d.process_group, d.seq)) for r in aborted]
+    verdicts = {v for _, v, _, _, _ in got}
+    whys = "; ".join(why for _, _, _, why, _ in got)
+    if verdicts == {"receiver"}:
+        d.confidence = min([d.confidence] + [c for *_, c in got])
+        d.cause += f": {whys}"
+        return
+    if verdicts == {"sender"}:
+        senders = sorted({p for _, _, ps, _, _ in got for p in ps} - set(aborted))
+        if senders:
+            d.culprit_ranks, d.waiting_ranks = senders, sorted(set(d.waiting_ranks) | set(aborted))
+            d.confidence = min(c for *_, c in got)
+            d.cause = f"{d.cause}: {whys}"
+            return
+    suspects = sorted({p for _, v, ps, _, _ in got for p in ps} | set(aborted))
+    receivers = ranks_text(aborted)
+    sizes = "; ".join(f"rank {r}: a peer sent {facts.ranks[r].origin.get('bytes_a', -1)} bytes where its own buffer "
+                      f"holds {facts.ranks[r].origin.get('bytes_b', -1)}" for r in aborted)
+    d.cause = (f"gloo's size check aborted {receivers} (SIGABRT) — {sizes}. {receivers.capitalize()} "
+               f"{'is the receiver' if len(aborted) == 1 else 'are the receivers'} of the larger message; which side "
+               f"passed the odd size the inputs do not show ({whys}): compare the shapes passed at this call on "
+               f"{ranks_text(suspects) if suspects else 'every rank'}")
+    d.culprit_ranks, d.tie, d.confidence = suspects, True, UNKNOWN_CONF

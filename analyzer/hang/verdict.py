@@ -27,7 +27,7 @@ from analyzer.hang.matching import Divergence
 from analyzer.hang.p2p_roots import p2p_roots
 from analyzer.hang.placement import (best_group, chain_heads, failed_where_others_passed, from_divergence, origin_kind,
                                      refine_by_call_site, root_at)
-from analyzer.hang.size_abort import dtype_from_abort, size_abort, size_abort_majorities
+from analyzer.hang.size_abort import decide_size_abort, dtype_from_abort, size_abort, size_abort_majorities
 from analyzer.hang.stderr_facts import StderrFacts, origin_sentence
 from analyzer.hang.stderr_roots import (call_site_outliers, detail_mismatch, rendezvous_root, silent_members,
                                         timeouts_only)
@@ -87,6 +87,7 @@ def build(inp: HangInputs, st: RankStates, edges: pd.DataFrame, divs: list[Diver
         if nodump and inp.dumps:
             cause += f" ({ranks_text(nodump)} left no Flight Recorder dump)"
         x = root_at(inp, st, edges, kind, ranks, cause, 0.9 if o["kind"] != "signal" else 0.8, facts)
+        decide_size_abort(inp, facts, x)  # an aborted receiver is the culprit only if the sizes say so
         refine_by_call_site(inp, st, edges, facts, x)
         if kind == "mismatched_size":
             dtype_from_abort(inp, facts, x)
@@ -140,9 +141,11 @@ def build(inp: HangInputs, st: RankStates, edges: pd.DataFrame, divs: list[Diver
         silent = [r for r in ranks if kind == "crashed_rank" and r in facts.seen and not failed_itself(facts, r)]
         if silent and len(silent) == len(ranks):
             kind, conf = "missing_rank", 0.7
-            cause = (f"{ranks_text(ranks)} left no dump, and their own output shows no error and no death: they never "
-                     f"joined the collective the others {wait_text(st, edges, ranks)} (they left their loop early — "
-                     "fewer batches than the others — or are stuck outside collectives)")
+            termed = [r for r in ranks if facts.ranks.get(r) and "SIGTERM" in facts.ranks[r].how]
+            cause = (f"{ranks_text(ranks)} left no dump, and their own output shows no error of their own"
+                     + (f" ({ranks_text(termed)} only stopped by the launcher's SIGTERM)" if termed else "")
+                     + f": they never joined the collective the others {wait_text(st, edges, ranks)} (they left "
+                     "their loop early — fewer batches than the others — or are stuck outside collectives)")
         elif kind == "crashed_rank":
             why = {r: no_dump.get(r, "") for r in ranks}
             where = wait_text(st, edges, ranks)
@@ -229,6 +232,8 @@ def _no_dump_reasons(inp: HangInputs, facts: StderrFacts, world: set[int]) -> di
             out[r] = f"died ({f.how or 'exit'})" + (f": {what}" if what else "")
         elif r in inp.log_ranks:
             out[r] = "no dump, but its NCCL/watchdog log is present"
+        elif r in facts.seen:  # its own lines are among the inputs; torchrun lists no failure for it
+            out[r] = "no dump; its own output is among the inputs and shows no error and no exit code of a failure"
         else:
             out[r] = "no dump and no stderr from it among the inputs"
     return out
