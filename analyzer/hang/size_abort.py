@@ -122,6 +122,8 @@ def call_bytes(inp: HangInputs, g: str, seq: int, r: int) -> int:
         return -1
     total = 0
     for n, dt in zip(c["numel_in"], c["dtype_in"]):
+        if int(n) == 0:  # a barrier, an empty tensor: no data whatever the dtype
+            continue
         item = max((ITEM_BYTES.get(x, -1) for x in str(dt).split(",")), default=-1)
         if item < 0:
             return -1
@@ -157,19 +159,32 @@ def _siblings(inp: HangInputs, g: str) -> list:
             and len(h.members) == len(me.members) and not set(h.members) & set(me.members)]
 
 
-def _steady(inp: HangInputs, g: str, seq: int, p: int, sig: tuple) -> int:
-    """How many earlier calls of rank p in group g came from the call site of its call at seq with the same op,
-    all passing exactly `sig` (0 when any of them differs, or the call site is unknown). Those calls completed
-    with every member (the group went on past them), so the other members passed matching sizes then."""
+def _history(inp: HangInputs, g: str, seq: int, p: int) -> list[tuple[int, tuple]]:
+    """Rank p's earlier calls in group g from the call site (frame) of its call at seq: (seq, what it passed),
+    oldest first; empty when the call site is unknown. Those calls completed with every member (the group went on
+    past them), so the other members passed matching sizes then."""
     c = inp.calls[(inp.calls["group"] == g) & (inp.calls["rank"] == p) & (inp.calls["kind"] == "coll")]
     now = c[c["seq"] == seq]
     if now.empty or not str(now["frame"].iloc[0]):
-        return 0
-    frame = str(now["frame"].iloc[0])
-    seqs = sorted(int(s) for s in set(c.loc[(c["frame"] == frame) & (c["seq"] < seq), "seq"]))
-    if any(_signature(inp, g, s, p) != sig for s in seqs):
-        return 0
-    return len(seqs)
+        return []
+    col = "stack" if str(now["stack"].iloc[0]) else "frame"  # the whole user stack tells call sites apart best
+    site = str(now[col].iloc[0])
+    seqs = sorted(int(s) for s in set(c.loc[(c[col] == site) & (c["seq"] < seq), "seq"]))
+    return [(s, _signature(inp, g, s, p)) for s in seqs]
+
+
+def _abort_seq(inp: HangInputs, g: str, seq: int, r: int, got: int) -> int:
+    """The call rank r aborted in: where the others wait (seq), unless every recorded call of its peers there
+    moves fewer bytes than r received (a barrier after it) — then the peers' call before, which they completed
+    (gloo's size check fails on the receiving side only: the sender goes on)."""
+    peers = sorted(set(inp.groups[g].members or ()) - {r})
+    for _ in range(2):
+        sizes = [call_bytes(inp, g, seq, p) for p in peers if _signature(inp, g, seq, p) is not None]
+        prev = [p for p in peers if _signature(inp, g, seq - 1, p) is not None]
+        if not sizes or got < 0 or any(b < 0 or b >= got for b in sizes) or not prev or seq <= 1:
+            break
+        seq -= 1
+    return seq
 
 
 def judge_receiver(inp: HangInputs, facts: StderrFacts, r: int, g: str, seq: int | None
@@ -187,6 +202,7 @@ def judge_receiver(inp: HangInputs, facts: StderrFacts, r: int, g: str, seq: int
     suspects = sorted(members) if members else sorted(set(inp.world)) if 0 < len(inp.world) <= 8 else []
     if not g or seq is None or not members:
         return "unknown", suspects, "no dump records the call it aborted in", UNKNOWN_CONF
+    seq = _abort_seq(inp, g, seq, r, got)
     present = {p: s for p in sorted(members - {r}) if (s := _signature(inp, g, seq, p)) is not None}
     if not present:
         return "unknown", suspects, f"no other member's dump records #{seq} of group {g}", UNKNOWN_CONF
@@ -216,11 +232,19 @@ def judge_receiver(inp: HangInputs, facts: StderrFacts, r: int, g: str, seq: int
         return "sender", [p], (f"rank {p} passed at #{seq} {_sig_text(sig)}, where the sibling group(s) {keys} of the "
                                f"same role pass {_sig_text(sib[0][1])}: rank {p}'s call is the odd one and rank {r} "
                                f"only received its larger message ({got} bytes into {held_txt})"), 0.75
-    n = _steady(inp, g, seq, p, sig)
-    if n >= 2:
-        return "receiver", [r], (f"rank {p}, its one peer, passed {_sig_text(sig)} at #{seq} as at its {n} earlier "
-                                 f"calls from the same call site, which completed with rank {r}: rank {r}'s size "
-                                 f"changed, so {held_txt} is the odd size"), 0.7
+    hist = _history(inp, g, seq, p)
+    before = {h for _, h in hist}
+    if len(hist) >= 2 and before == {sig}:
+        return "receiver", [r], (f"rank {p}, its one peer, passed {_sig_text(sig)} at #{seq} as at its {len(hist)} "
+                                 f"earlier calls from the same call site, which completed with rank {r}: rank {r}'s "
+                                 f"size changed, so {held_txt} is the odd size"), 0.7
+    was, now = (call_bytes(inp, g, hist[-1][0], p), call_bytes(inp, g, seq, p)) if hist else (-1, -1)
+    if len(hist) >= 2 and len(before) == 1 and held > 0 and was > 0 and now * held == was * got:
+        return "sender", [p], (f"rank {p}, its one peer, passed {_sig_text(sig)} at #{seq} where its {len(hist)} "
+                               f"earlier calls from the same call site, which completed with rank {r}, passed "
+                               f"{_sig_text(hist[-1][1])}: {now} bytes against {was}, the ratio of what rank {r} "
+                               f"received ({got} bytes) to what its buffer holds ({held}) — rank {p}'s size changed, "
+                               f"rank {r}'s did not"), 0.75
     return ("unknown", suspects, f"group {g} has {len(members)} members and only rank {p}'s call is recorded, with "
             "no sibling group or earlier call from the same site to show the usual size", UNKNOWN_CONF)
 
@@ -233,6 +257,15 @@ def decide_size_abort(inp: HangInputs, facts: StderrFacts, d: HangDiagnosis) -> 
                and facts.ranks[r].origin.get("kind") == "gloo_size_mismatch"]
     if not aborted or len(aborted) != len(d.culprit_ranks):
         return
+    if len(aborted) == 1 and d.process_group in inp.groups and d.seq is not None:
+        seq = _abort_seq(inp, d.process_group, d.seq, aborted[0], facts.ranks[aborted[0]].origin.get("bytes_a", -1))
+        if seq != d.seq:  # the size check failed in the call before the one the peers wait in
+            d.seq, d.op = seq, op_at(inp, d.process_group, seq)
+            c = inp.calls[(inp.calls["group"] == d.process_group) & (inp.calls["seq"] == seq)
+                          & (inp.calls["kind"] == "coll")]
+            d.ops = {int(x.rank): str(x.op) for x in c.itertuples(index=False)}
+            d.sizes = {int(x.rank): int(x.numel_in) for x in c.itertuples(index=False)}
+            d.dtypes = {int(x.rank): str(x.dtype_in) for x in c.itertuples(index=False)}
     got = [(r, *judge_receiver(inp, facts, r, d.process_group, d.seq)) for r in aborted]
     verdicts = {v for _, v, _, _, _ in got}
     whys = "; ".join(why for _, _, _, why, _ in got)

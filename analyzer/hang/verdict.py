@@ -136,8 +136,14 @@ def build(inp: HangInputs, st: RankStates, edges: pd.DataFrame, divs: list[Diver
         claimed |= set(d.culprit_ranks)
     # 5-6: heads of chains that are not blocked themselves
     heads = chain_heads(edges, st, claimed | set(blocked_p2p))
+    origin_roots = [d for d in diags if (set(d.culprit_ranks) | set(d.waiting_ranks)) & set(facts.origin_ranks())]
     for kind, ranks in heads.items():
         conf = {"lagging_rank": 0.75, "missing_rank": 0.75, "crashed_rank": 0.6, "unknown_rank": 0.45}[kind]
+        if kind in ("lagging_rank", "missing_rank") and origin_roots and all(_lost_a_peer(facts, r) for r in ranks):
+            # they died inside their last call noticing a peer's failure (connection closed / reset by peer)
+            # while another rank's own failure is known: they did not stop on their own, they are its victims
+            claimed |= set(ranks)
+            continue
         silent = [r for r in ranks if kind == "crashed_rank" and r in facts.seen and not failed_itself(facts, r)]
         if silent and len(silent) == len(ranks):
             kind, conf = "missing_rank", 0.7
@@ -201,6 +207,15 @@ def _order(d: HangDiagnosis) -> int:
         return 6
     return KIND_ORDER.get(d.kind, 8)
 
+
+
+def _lost_a_peer(facts: StderrFacts, r: int) -> bool:
+    """The rank died of noticing someone else's failure: a lost connection (closed / reset by peer), no origin
+    of its own."""
+    f = facts.ranks.get(r)
+    return bool(f and f.died and not f.origin and any(
+        c.get("kind") in ("connection_closed", "connection_reset") or "by peer" in str(c.get("text", ""))
+        for c in f.consequences))
 
 
 def _members_only(inp: HangInputs, g: str, waiting: set[int]) -> list[int]:
