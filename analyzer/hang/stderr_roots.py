@@ -127,9 +127,33 @@ def call_site_outliers(inp: HangInputs, facts: StderrFacts) -> list[HangDiagnosi
     ev = []
     for r in odd + main[:2]:
         ev.extend((c["file"], c["line"], c["text"]) for c in facts.ranks[r].consequences[:1])
+    if p2p_only:
+        return [_unmatched_send(inp, odd, main, main_site, where, ev, facts.ranks[main[0]].blocked_in)]
     return [HangDiagnosis(kind=kind, process_group="", pg_desc="", seq=None, op=facts.ranks[main[0]].blocked_in,
-                          culprit_ranks=odd, waiting_ranks=sorted(main), evidence=ev, confidence=0.5 if p2p_only else 0.6,
+                          culprit_ranks=odd, waiting_ranks=sorted(main), evidence=ev, confidence=0.6,
                           source="stderr", cause=cause)]
+
+
+def _unmatched_send(inp: HangInputs, senders: list[int], main: list[int], main_site: str, where: str, ev: list,
+                    api: str) -> HangDiagnosis:
+    """Ranks blocked in a send of their own while the others wait in a collective: the send had no receiver.
+    Either the sender sent one too many (an extra send) or its receiver skipped the recv and went on into the
+    collective — the same picture in stderr, so a tie below 0.5: the senders and whoever they send to (the
+    smallest known group holding them other than the world, else every rank) are the suspects."""
+    homes = sorted((g for g in inp.groups.values() if g.members and set(senders) <= set(g.members)
+                    and g.key != "0" and g.desc != "default_pg"), key=lambda g: (len(g.members), g.key))
+    peers = sorted(set(homes[0].members) - set(senders)) if homes else sorted(main)
+    scope = f"the other members of group {homes[0].key} ({homes[0].desc})" if homes else "any of the others"
+    src = senders[0] if len(senders) == 1 else None
+    cause = (f"no dump shows the hang, but the tracebacks do: {ranks_text(main)} timed out at one call site "
+             f"({main_site}) while {where}, blocked in a send of their own that no receiver took. Either "
+             f"{ranks_text(senders)} sent one too many (an extra send) or {'its' if src is not None else 'their'} "
+             f"receiver — {scope} — skipped its recv and went on into the collective: stderr shows the same in "
+             "both cases, so the sender is not blamed")
+    return HangDiagnosis(kind="p2p_mismatch", process_group="", pg_desc="", seq=None, op=api,
+                         culprit_ranks=sorted(set(senders) | set(peers)), waiting_ranks=[], evidence=ev,
+                         confidence=0.45, tie=True, source="stderr", cause=cause,
+                         p2p={"src": src, "dst": None, "tag": None})
 
 
 
