@@ -117,3 +117,11 @@ def test_world_size_rules() -> None:
     ws = infer_world_size(stderr_logs=[Log()])
     assert (ws.size, ws.lower_bound) == (10, True) and ws.source.startswith("at least")
     assert infer_world_size(3, stderr_logs=[Log()]).size == 3  # the user's word is final
+
+
+def test_the_doc_table_is_the_generated_one() -> None:
+    """docs/hang-analysis.md's table of the real failures is what the CLI path gives today (held-out cases
+    included: they were analysed once the code was frozen)."""
+    text = (Path(__file__).resolve().parent.parent / "docs" / "hang-analysis.md").read_text()
+    doc = text[text.index(up.BEGIN) + len(up.BEGIN):text.index(up.END)].strip()
+    assert doc == up.table().strip(), "regenerate with: python -m tests.hang_user_path"
