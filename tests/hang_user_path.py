@@ -122,6 +122,15 @@ def first_finding(case: Path) -> str:
     return f"{top.kind} {who}{where} ({top.confidence:.2f}{', tie' if top.tie else ''})"
 
 
+def source_kind(src: str) -> str:
+    """The world size's source in two words (the report's sentence names files, which differ per machine)."""
+    for key, word in (("given", "given"), ("profiler traces", "traces"), ("pg_config", "pg_config"),
+                      ("at least", "largest rank + 1"), ("above the stated size", "largest rank + 1")):
+        if key in src:
+            return word
+    return "launcher log" if src else "not shown"
+
+
 def _truth(exp: dict) -> str:
     f = (exp.get("faults") or [{}])[0]
     return f"{f.get('kind', 'none')} {','.join(map(str, f.get('ranks') or [])) or '-'}"
@@ -148,7 +157,7 @@ def table(beds: tuple[str, ...] = BEDS, include_held_out: bool = True) -> str:
                 continue
             u = analysed(case)
             job = u.report.get("job") or {}
-            ws = f"{job.get('world_size')} ({job.get('world_size_source') or '?'})"
+            ws = f"{job.get('world_size') or '-'} ({source_kind(job.get('world_size_source') or '')})"
             s = score(case)
             held = held_out(case)
             tally.setdefault((bed, held), {}).setdefault(s, 0)

@@ -19,7 +19,7 @@ from analyzer.load.world import infer_world_size
 from parsers.launch_config import size_statements
 from tests import hang_user_path as up
 
-CASES = [c for c in up.cases() if not up.held_out(c)]
+CASES = up.cases()  # the held-out cases of bed 3 too: analysed once the code was frozen
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 # folders whose inputs state no size and name no rank: a rendezvous that failed before any rank printed
 NO_SIZE_SHOWN = {"rdzv_eaddrinuse", "rdzv_missing_node"}
