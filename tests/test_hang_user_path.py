@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -125,3 +126,39 @@ def test_the_doc_table_is_the_generated_one() -> None:
     text = (Path(__file__).resolve().parent.parent / "docs" / "hang-analysis.md").read_text()
     doc = text[text.index(up.BEGIN) + len(up.BEGIN):text.index(up.END)].strip()
     assert doc == up.table().strip(), "regenerate with: python -m tests.hang_user_path"
+
+
+def _ranks_in(text: str) -> set[int]:
+    out: set[int] = set()
+    for part in re.findall(r"\d+-\d+|\d+", text):
+        a, _, b = part.partition("-")
+        out |= set(range(int(a), int(b or a) + 1))
+    return out
+
+
+@pytest.mark.parametrize("case", CASES, ids=_id)
+def test_evidence_states_no_more_than_the_inputs(case: Path) -> None:
+    """Each finding's 'ranks … wait in process group G' lists only members of G (the true groups of the run), and
+    a death is called a signal only when torchrun's table or a signal line says one (exit code 1 is not SIGHUP)."""
+    u = up.analysed(case)
+    groups = {str(k): set(v["ranks"]) for k, v in (u.exp.get("process_groups") or {}).items()}
+    inputs = "".join(p.read_text(errors="replace") for p in case.rglob("*.log"))
+    for f in u.report.get("findings") or []:
+        for e in f.get("evidence") or []:
+            text = str(e.get("text", ""))
+            m = re.match(r"(ranks? [\d, -]+) wait in process group (\S+)", text)
+            if m and m.group(2) in groups:
+                assert _ranks_in(m.group(1)) <= groups[m.group(2)], (f["id"], text)
+            for sig in re.findall(r"died \((SIG[A-Z]+)\)", text):
+                assert sig in inputs, (f["id"], text)
+    for r, why in u.ranks_without_dump.items():
+        for sig in re.findall(r"died \((SIG[A-Z]+)\)", why):
+            assert sig in inputs, (r, why)
+
+
+def test_a_python_line_that_names_world_size_is_no_statement(tmp_path: Path) -> None:
+    """torchrun's own traceback quotes `store, rank, world_size = next(rendezvous_iterator)`: no number, no size."""
+    log = tmp_path / "torchrun.log"
+    log.write_text("    store, rank, world_size = next(rendezvous_iterator)\n[default0]:WORLD_SIZE=4\n"
+                   "I1202 api.py:553]   role_world_sizes=[4, 4]\n")
+    assert [(r["kind"], r["value"], r["line"]) for r in size_statements(log)] == [("WORLD_SIZE", 4, 2)]
