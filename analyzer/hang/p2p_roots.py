@@ -47,8 +47,7 @@ def _chain_order(inp: HangInputs, ranks: set[int]) -> tuple[list[int], str]:
     lists its stages in order), else the ranks themselves in rank order (pipelines place stages by rank)."""
     homes = sorted((g for g in inp.groups.values() if g.members and ranks <= set(g.members)),
                    key=lambda g: (len(g.members), g.key))
-    if homes and len(homes[0].members) < len(inp.world or homes[0].members) + 1 and homes[0].key != "0" \
-            and homes[0].desc != "default_pg":
+    if homes and homes[0].key != "0" and homes[0].desc != "default_pg":
         g = homes[0]
         return sorted(g.members), f"group {g.key} ({g.desc or 'no description'})"
     return sorted(ranks), "rank order"
