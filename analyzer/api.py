@@ -167,7 +167,7 @@ def load(paths: Union[PathLike, Iterable[PathLike]], *, job: Optional[str] = Non
          config: Optional[PathLike] = None, rule_config: Any = None, baseline: Optional[PathLike] = None,
          regression_thresholds: Optional[dict[str, float]] = None, fail_on: str = "error",
          progress: Optional[Callable[[int, int, str], None]] = None, dask: Optional[str] = None,
-         engine: Any = None) -> Analysis:
+         engine: Any = None, world_size: Optional[int] = None) -> Analysis:
     """Read and analyse one job from trace files and folders.
 
     ``job``: which job when the inputs hold several (label, number or folder; default the one with the most
@@ -179,6 +179,9 @@ def load(paths: Union[PathLike, Iterable[PathLike]], *, job: Optional[str] = Non
     ``dask``: run the per-rank work on Dask — "local" (a LocalCluster of ``jobs`` workers) or a scheduler
     address (default $ANALYZE_DASK_SCHEDULER, else local processes); ``engine``: an engine of your own
     (analyzer.load.engine), left open. An engine this call starts is closed by :meth:`Analysis.close`.
+    ``world_size``: the job's world size, when the inputs do not show it (a rank that left nothing is then
+    still counted); by default it is inferred from the inputs and ``report["job"]["world_size_source"]`` says
+    from what (docs/hang-analysis.md, "World size").
     """
     from analyzer.load.job import load_job
     from analyzer.report.assemble import Options, run_analysis
@@ -195,7 +198,10 @@ def load(paths: Union[PathLike, Iterable[PathLike]], *, job: Optional[str] = Non
     if engine is None:
         from analyzer.load.engine import default_workers, make_engine
         engine = make_engine(default_workers() if jobs is None else max(1, jobs), dask)
-    loaded = load_job(ps, jobs=jobs, progress=progress, select_job=job, comm_kernels=comm_kernels, engine=engine)
+    if world_size is not None and not (isinstance(world_size, int) and 0 < world_size <= 1 << 20):
+        raise ValueError(f"world_size must be an integer in 1..{1 << 20}, not {world_size!r}")
+    loaded = load_job(ps, jobs=jobs, progress=progress, select_job=job, comm_kernels=comm_kernels, engine=engine,
+                      world_size=world_size)
     report = run_analysis(loaded, options)
     _add_about(report, loaded, ps)
     if baseline is not None and report.get("analysed", True):

@@ -87,6 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--job", metavar="LABEL",
                    help="when the inputs hold several jobs: analyse this one (its label or number as listed, "
                         "or its folder; default: the one with the most ranks)")
+    p.add_argument("--world-size", type=_positive_int, default=None, metavar="N",
+                   help="the job's world size, when the inputs do not show it (by default it is inferred from "
+                        "dumps, logs and stderr, and the report says from what)")
     p.add_argument("--gpus-per-node", type=_positive_int, default=None,
                    help="hosts from rank // N when neither traces nor logs name them (as TraceLens does)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress output on stderr")
@@ -321,7 +324,7 @@ def _analyse_and_write(args: argparse.Namespace, thresholds: dict, engine: Any, 
         analysis = load(args.paths, job=args.job, jobs=args.jobs, gpus_per_node=args.gpus_per_node,
                         rule_config=config_from_args(args), baseline=args.baseline,
                         regression_thresholds=thresholds, fail_on=args.fail_on,
-                        progress=progress_printer(args.quiet), engine=engine)
+                        progress=progress_printer(args.quiet), engine=engine, world_size=args.world_size)
     except BaselineError as exc:
         print(f"analyze: error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_USAGE

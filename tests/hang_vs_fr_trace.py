@@ -3,13 +3,10 @@ fault, this tool's first finding, torchrun's root-cause pick and PyTorch's own a
 bed's README records it. `python -m tests.hang_vs_fr_trace` prints the table; a test keeps the doc equal to it."""
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
-from analyzer.hang.analysis import analyze_hang
-from analyzer.hang.section import rank_stderr_files
-from analyzer.load.job import load_job
+from tests import hang_user_path
 
 BED = Path(__file__).resolve().parent.parent / "fixtures" / "real-cpu-failures"
 BEGIN, END = "<!-- fr_trace table: begin -->", "<!-- fr_trace table: end -->"
@@ -28,11 +25,9 @@ def readme_rows() -> dict[str, dict[str, str]]:
 
 
 def analyse(case: Path):
-    """(expected.json, HangReport) of one case folder, read as the CLI reads it."""
-    exp = json.loads((case / "expected.json").read_text())
-    job = load_job([case], jobs=1)
-    return exp, analyze_hang(job.fr_dumps, job.nccl_logs, world_size=exp["world_size"],
-                             rank_logs=rank_stderr_files(job), stderr_logs=job.stderr_logs)
+    """(expected.json, what `analyze DIR` gives) of one case folder: the user's path, nothing handed in."""
+    u = hang_user_path.analysed(case)
+    return u.exp, u
 
 
 def ours(case: Path, analysed=analyse) -> str:

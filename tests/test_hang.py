@@ -106,7 +106,8 @@ def test_chain_points_at_root_group(tmp_path: Path) -> None:
     # waits for it there, and rank 2 waits for rank 3 in default_pg: a cross-group deadlock with rank 2 out of order
     assert first(rep) == ("order_inversion", "1", 7, [2])
     d = rep.diagnoses[0]
-    assert d.pg_desc == "tp" and d.waiting_ranks == [0, 1, 3] and not d.tie and len(rep.diagnoses) == 1
+    # only tp's members are said to wait in tp; 0 and 1 wait in default_pg, listed under explains
+    assert d.pg_desc == "tp" and d.waiting_ranks == [3] and not d.tie and len(rep.diagnoses) == 1
     assert {"process_group": "0", "pg_desc": "default_pg", "seq": 10, "op": "allreduce", "waiting": [0, 1],
             "on": [3]} in d.explains
 

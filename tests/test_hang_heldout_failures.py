@@ -2,21 +2,18 @@
 tuned on the first. Its README records what the analysis said the first time it saw these cases (9 of 15 culprits
 right, 3 healthy ranks blamed); this file pins what it says now that those classes are fixed, and the invariant
 that matters most on every case: no healthy rank is named at confidence >= 0.5 unless the finding says it is a tie.
+Every folder is analysed the way a user runs it (`analyzer.load(folder)`, nothing from expected.json handed in).
 
 EXPECTED lists the first finding per case (kind, culprits, group, seq, tie). Where it differs from the planted fault,
 REASON says why the evidence cannot show more (docs/hang-analysis.md, "Validation").
 """
 from __future__ import annotations
 
-import json
-from functools import lru_cache
 from pathlib import Path
 
 import pytest
 
-from analyzer.hang.analysis import analyze_hang
-from analyzer.hang.section import rank_stderr_files
-from analyzer.load.job import load_job
+from tests import hang_user_path
 
 BED = Path(__file__).resolve().parent.parent / "fixtures" / "real-cpu-failures-2"
 CASES = sorted(p.parent for p in BED.glob("*/expected.json"))
@@ -25,12 +22,12 @@ CASES = sorted(p.parent for p in BED.glob("*/expected.json"))
 EXPECTED = {
     "ckpt_resume_broadcast_wrong_src": ("mismatched_op", [2, 6], "0", 37, True),
     "dataloader_worker_exception": ("crashed_rank", [1], "0", 37, False),
-    "eval_allgather_dtype_bf16": ("mismatched_size", [1], "0", 37, False),
+    "eval_allgather_dtype_bf16": ("mismatched_size", [0, 1], "0", 37, True),
     "eval_sampler_uneven_last_batch": ("missing_rank", [2], None, None, False),
     "first_collective_extra_allgather": ("mismatched_op", [4], "0", 1, False),
     "moe_ep_replicas_skipped_split_exchange_wrapped": ("mismatched_size", [4], "2", 46, False),
     "order_inversion_three_groups_json": ("order_inversion", [0], "1", 5, False),
-    "p2p_ring_double_send": ("p2p_mismatch", [3], None, None, False),
+    "p2p_ring_double_send": ("p2p_mismatch", [0, 1, 2, 3, 4], None, None, True),
     "pipeline_middle_stage_bwd_recv_shape": ("mismatched_size", [3], "2", 3, False),
     "sigint_one_rank": ("crashed_rank", [3], "0", 21, False),
     "sigsegv_hierarchical_allreduce": ("crashed_rank", [4], "2", 5, False),
@@ -39,10 +36,15 @@ EXPECTED = {
     "zero_skipped_reduce_scatter": ("skipped_collective", [2], "0", 13, False),
 }
 REASON = {
+    "p2p_ring_double_send": "gloo records no send/recv: rank 3 died in a send nobody took while the others waited in "
+                            "the all_reduce; an extra send and a receiver that skipped its recv look the same in "
+                            "stderr, so the sender is not blamed (a tie below 0.5)",
     "ckpt_resume_broadcast_wrong_src": "FR records no broadcast src: ranks 2 and 6 failed inside #37 that the others "
                                        "completed, and nothing says which of the two passed the wrong root",
-    "eval_allgather_dtype_bf16": "gloo aborted rank 1 (no dump): its numbers are one shape in bf16 or a shape twice "
-                                 "as large; the cause says both",
+    "eval_allgather_dtype_bf16": "gloo aborted rank 1 (no dump), the receiver of the larger message; its group has "
+                                 "two members and the eval all_gather is called once, so nothing shows whose size is "
+                                 "odd (a tie below 0.5); its numbers are one shape in bf16 or a shape twice as large, "
+                                 "and the cause says both",
     "first_collective_extra_allgather": "the extra all_gather is seq 1 and gloo aborted everyone there: no later "
                                         "entry shows that rank 4's next call would have matched",
     "moe_ep_replicas_skipped_split_exchange_wrapped": "the skipped count exchange leaves rank 4's token all_to_all "
@@ -56,12 +58,11 @@ REASON = {
 }
 
 
-@lru_cache(maxsize=None)
 def analysed(case: Path):
-    exp = json.loads((case / "expected.json").read_text())
-    job = load_job([case], jobs=1)
-    return exp, analyze_hang(job.fr_dumps, job.nccl_logs, world_size=exp["world_size"],
-                             rank_logs=rank_stderr_files(job), stderr_logs=job.stderr_logs)
+    """(expected.json, what `analyze DIR` gives), through tests/hang_user_path.py: nothing from expected.json
+    is handed in; one cached analysis per folder."""
+    u = hang_user_path.analysed(case)
+    return u.exp, u
 
 
 def test_every_case_has_an_expectation():

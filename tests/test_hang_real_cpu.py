@@ -1,27 +1,20 @@
-"""Real gloo hangs made with torch on the CPU (fixtures/real-cpu-hang, see make_hangs.py): culprit found."""
+"""Real gloo hangs made with torch on the CPU (fixtures/real-cpu-hang, see make_hangs.py): culprit found, through
+the user's path (`analyzer.load(folder)`, nothing from expected.json handed in; tests/hang_user_path.py)."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
-from analyzer.hang.analysis import analyze_hang
-from parsers.flight_recorder import load_dump
-from parsers.torch_stderr import parse_stderr
+from tests import hang_user_path
 
 REAL = Path(__file__).resolve().parent.parent / "fixtures" / "real-cpu-hang"
 CASES = ["mismatched_op", "missing_rank", "size_mismatch_abort"]
 
 
-def _run(case: str, world: bool = True):
-    d = REAL / case
-    truth = json.loads((d / "expected.json").read_text())
-    dumps = [load_dump(p) for p in sorted(d.glob("nccl_trace_rank_*"))]
-    stderr = {int(p.stem[4:]): p for p in d.glob("rank*.stderr")}
-    rep = analyze_hang(dumps, world_size=truth["world_size"] if world else None, rank_logs=stderr,
-                       stderr_logs=[parse_stderr(p) for p in sorted(stderr.values())])
-    return truth["faults"][0], rep
+def _run(case: str):
+    u = hang_user_path.analysed(REAL / case)
+    return u.exp["faults"][0], u
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -45,10 +38,11 @@ def test_real_mismatched_op_details() -> None:
 def test_real_crashed_rank_points_at_its_stderr() -> None:
     """Rank 1 aborted in gloo's size check without a dump (its stderr says so); the others agree at seq 3, so the
     rank without a dump passed the odd size. World size comes from the dumps' pg_config."""
-    fault, rep = _run("size_mismatch_abort", world=False)
+    fault, rep = _run("size_mismatch_abort")
     top = rep.diagnoses[0]
     assert (top.kind, top.seq, top.culprit_ranks, top.waiting_ranks) == ("mismatched_size", 3, [1], [0, 2])
     assert rep.ranks_without_dump[1].startswith("died (SIGABRT)")
+    assert rep.report["job"]["world_size"] == 3 and "pg_config" in rep.report["job"]["world_size_source"]
     tails = [e for e in top.evidence if e[0].endswith("rank1.stderr")]
     assert any("Received data size doesn't match expected size" in e[2] for e in tails)
 
@@ -56,5 +50,5 @@ def test_real_crashed_rank_points_at_its_stderr() -> None:
 def test_real_missing_rank_table() -> None:
     """Per-rank progress: ranks 0-2 enqueued seq 6, rank 3 stopped at 5."""
     _, rep = _run("missing_rank")
-    t = rep.tables.set_index("rank")
-    assert list(t["last_seen_seq"]) == [6, 6, 6, 5] and list(t["last_enqueued"]) == [6, 6, 6, 5]
+    g = next(x for x in rep.report["hang"]["groups"] if x["process_group"] == "0")
+    assert g["last_enqueued"] == {"0": 6, "1": 6, "2": 6, "3": 5}

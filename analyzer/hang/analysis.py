@@ -69,9 +69,13 @@ def analyze_hang(dumps: Iterable[Any] = (), logs: Iterable[Any] = (), world_size
     """Diagnose a hang or crash from FR dumps, NCCL/watchdog logs and stderr; ranked, root cause first.
 
     `rank_logs` optionally maps a rank to a file that holds only that rank's output, so that culprits get their
-    last lines as evidence; `stderr_logs` are parsed stderr files (parsers/torch_stderr.py).
+    last lines as evidence; `stderr_logs` are parsed stderr files (parsers/torch_stderr.py). Without
+    `world_size` it is inferred from these inputs (analyzer/load/world.py).
     """
     dumps, logs, stderr_logs = list(dumps), list(logs), list(stderr_logs)
+    if world_size is None:  # what the inputs show: a dump's world entry, the largest rank of any of them
+        from analyzer.load.world import infer_world_size
+        world_size = infer_world_size(dumps=dumps, stderr_logs=stderr_logs, nccl_logs=logs).size
     inp = gather(dumps, logs, world_size)
     facts = stderr_facts(stderr_logs)
     add_log_errors(facts, inp.errors)

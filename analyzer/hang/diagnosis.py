@@ -48,7 +48,8 @@ class HangDiagnosis:
     """One root cause of a hang or crash: where ranks diverge, who is responsible, who waits, evidence and fix.
 
     `tie` is True when the evidence cannot tell which of `culprit_ranks` is wrong (they are suspects, and the
-    confidence stays below 0.5). `explains` lists the waits this root causes elsewhere (group, seq, waiting
+    confidence stays below 0.5). `waiting_ranks` are the members of `process_group` (as the dumps' group tables
+    give them) that wait on this root; `explains` lists the waits this root causes elsewhere (group, seq, waiting
     ranks, whom they wait for) — the chain from the symptom to this head.
     """
 

@@ -535,8 +535,6 @@ def _resolve_members(groups: dict[str, Group], calls: pd.DataFrame, progress: pd
             seen = set(calls.loc[calls["group"] == g.key, "rank"]) | set(progress.loc[progress["group"] == g.key, "rank"])
             g.members, g.member_source = {int(x) for x in seen}, "observed"
     absent = set(world) - (recorded or set())
-    if not absent:
-        return
     by_role: dict[str, list[Group]] = {}
     for g in groups.values():
         if g.member_source == "observed" and g.desc:
@@ -544,7 +542,15 @@ def _resolve_members(groups: dict[str, Group], calls: pd.DataFrame, progress: pd
     for role in by_role.values():
         size = max(len(g.members or ()) for g in role)
         short = [g for g in role if len(g.members or ()) < size]
-        free = sorted(absent - set().union(*[g.members or set() for g in role]))
-        if len(short) == 1 and len(free) == size - len(short[0].members or ()):
+        taken = set().union(*[g.members or set() for g in role])
+        free = sorted(absent - taken)
+        if len(short) != 1:
+            continue
+        need = size - len(short[0].members or ())
+        if len(free) != need and sum(len(g.members or ()) for g in role) == len(taken):
+            # the role's groups are disjoint, so they split the world: the ranks in none of them (with a dump
+            # that holds no entry of this role, or no record at all) are the short group's missing members
+            free = sorted(set(world) - taken)
+        if len(free) == need and need > 0:
             short[0].members = set(short[0].members or ()) | set(free)
             short[0].member_source = "observed+role"

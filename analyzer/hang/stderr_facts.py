@@ -188,7 +188,9 @@ def stderr_facts(logs: list) -> StderrFacts:
                 continue
             f = out.rank(r)
             if kind in ("signal", "child_failed"):
-                sig = _signal_name(item["code"], reason)
+                # a child_failed line's code is an exit code: only a negative one is a signal (exit 1 is not SIGHUP)
+                code = item["code"]
+                sig = _signal_name(code, reason) if kind == "signal" or code < -1 or "SIG" in reason else ""
                 _death(f, sig or (f"exit code {item['code']}" if item["code"] not in (-1, 0) else ""), item)
                 continue
             if kind == "monitored_barrier" and item["peer"] >= 0 and item["peer"] != r:

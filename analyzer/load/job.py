@@ -57,6 +57,8 @@ class Job:
     #: where the per-rank work ran, and per rank the handle of its interval sets kept there (RankLanes)
     engine: Any = field(default=None, repr=False, compare=False)
     lane_handles: dict = field(default_factory=dict, repr=False, compare=False)
+    #: where world_size came from, in words (analyzer/load/world.py); "" when nothing showed it
+    world_size_source: str = ""
 
     @property
     def ranks(self) -> list[int]:
@@ -198,7 +200,8 @@ def default_jobs() -> int:
 
 def load_job(paths: list[str | Path], jobs: Optional[int] = None,
              progress: Optional[Callable[[int, int, str], None]] = None, select_job: Optional[str] = None,
-             comm_kernels: Optional[list[dict]] = None, engine: Optional[Engine] = None) -> Job:
+             comm_kernels: Optional[list[dict]] = None, engine: Optional[Engine] = None,
+             world_size: Optional[int] = None) -> Job:
     """Read every input under ``paths``; never raises for bad files (they are reported in ``Job.files``).
 
     Per-file parsing runs on ``engine`` (analyzer/load/engine.py: the local pool of ``jobs`` processes by
@@ -210,6 +213,9 @@ def load_job(paths: list[str | Path], jobs: Optional[int] = None,
 
     ``comm_kernels``: extra communication-kernel patterns ({pattern, op, family} dicts, as in [tool.analyze]
     comm-kernels; parsers/comm_kernels.py), tried before the built-in families.
+
+    ``world_size``: the user's world size (--world-size); otherwise it is inferred from the inputs
+    (analyzer/load/world.py) and ``Job.world_size_source`` says from what.
     """
     found, problems = discover(paths)
     records: list[FileRecord] = [FileRecord(p, "unknown", FAILED, msg) for p, msg in problems]
@@ -291,9 +297,9 @@ def load_job(paths: list[str | Path], jobs: Optional[int] = None,
     stderr_logs = _load_stderr(mine, engine, records, warnings)
 
     worlds = {t.world_size for t in traces.values() if t.world_size}
-    world = max(worlds) if worlds else None
-    if len(worlds) > 1:
-        warnings.append(f"traces disagree on the world size: {sorted(worlds)}; using {world}")
+    ws = _world_size(world_size, worlds, dumps, stderr_logs, logs)
+    warnings.extend(ws.warnings)
+    world = world_size or (max(worlds) if worlds else None)  # the ranks a trace is expected from
     missing = sorted(set(range(world)) - set(traces)) if world and traces else []
     records.sort(key=lambda r: r.path)
     step_metrics = (pd.concat(metrics, ignore_index=True).sort_values(["rank", "step"], kind="stable")
@@ -301,10 +307,20 @@ def load_job(paths: list[str | Path], jobs: Optional[int] = None,
     for t in traces.values():  # the job-wide table holds them now
         t.step_metrics = None
     damage = assess_job(traces)
-    out = Job(records, dict(sorted(traces.items())), drop_excluded(step_metrics, damage), logs, dumps, world,
-              missing, warnings, stderr_logs=stderr_logs, damage=damage, engine=engine, lane_handles=lane_handles)
+    out = Job(records, dict(sorted(traces.items())), drop_excluded(step_metrics, damage), logs, dumps, ws.size,
+              missing, warnings, stderr_logs=stderr_logs, damage=damage, engine=engine, lane_handles=lane_handles,
+              world_size_source=ws.source)
     out.jobs = found_jobs
     return out
+
+
+def _world_size(override: Optional[int], trace_worlds: set, dumps: list, stderr_logs: list, logs: list):
+    """The world size and its source (analyzer/load/world.py), from every input read, stated sizes included."""
+    from analyzer.load.world import infer_world_size
+    from parsers.launch_config import size_statements
+    statements = [] if override or trace_worlds else [
+        (str(x.path), row) for x in stderr_logs for row in size_statements(str(x.path))]
+    return infer_world_size(override, trace_worlds, dumps, stderr_logs, logs, statements)
 
 
 def _under(path: str, folder: str) -> bool:

@@ -60,6 +60,8 @@ def _summary(report: dict, paint: _Painter) -> list[str]:
                 f"{n_fr} Flight Recorder dump(s), {n_log} NCCL/watchdog log(s), {n_err} stderr log(s)")
     if job.get("world_size"):
         head += f" of world size {job['world_size']}"
+        if job.get("world_size_source") and not ranks:  # a post-mortem: say what showed the size
+            head += f" ({job['world_size_source']})"
     hosts = sorted(set(((cr.get("hosts") or {}).get("rank_to_host") or {}).values()))
     if hosts:
         head += f" on {len(hosts)} host(s)"

@@ -131,7 +131,8 @@ def build_report(job: Job) -> dict:
         },
         "analysed": usable(job),
         "job": {
-            "world_size": job.world_size, "ranks": job.ranks, "missing_ranks": job.missing_ranks,
+            "world_size": job.world_size, "world_size_source": getattr(job, "world_size_source", ""),
+            "ranks": job.ranks, "missing_ranks": job.missing_ranks,
             "summary": summary,
         },
         "ranks": ranks,

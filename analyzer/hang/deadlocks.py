@@ -1,0 +1,92 @@
+"""Ranks that wait for each other: cycles of the wait-for graph (an order inversion across groups, a deadlock
+within one) and send/recv pairs blocked on each other.
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+import pandas as pd
+
+from analyzer.hang import p2p
+from analyzer.hang.diagnosis import HangDiagnosis
+from analyzer.hang.evidence import group_desc
+from analyzer.hang.inputs import HangInputs
+from analyzer.hang.waits import RankStates
+from analyzer.phrases import ranks_text
+
+
+def cycle_diag(inp: HangInputs, st: RankStates, edges: pd.DataFrame, comp: list[int]) -> HangDiagnosis:
+    """Ranks waiting for each other. Across ≥ 2 groups: an order inversion; name the rank whose order differs."""
+    e = edges[edges["waiter"].isin(comp) & edges["target"].isin(comp)]
+    groups = sorted(set(e["group"]))
+    where = "; ".join(f"rank {b.rank} waits in group {b.group} ({group_desc(inp, b.group)}) {b.op} #{b.seq} for "
+                      f"{ranks_text([t for t in b.targets if t in comp])}" for r in comp if (b := st.blocked.get(r)))
+    if len(groups) >= 2:
+        odd, tie = order_outlier(inp, st, comp)
+        culprits = odd if not tie else comp
+        awaited = e[e["target"].isin(culprits)]  # where the others wait for the culprit: the earliest wait first
+        awaited = awaited.assign(t0=awaited["created_ns"].where(awaited["created_ns"] > 0)).sort_values(
+            ["t0", "seq"], na_position="last")
+        g, s, op = (str(awaited.iloc[0]["group"]), int(awaited.iloc[0]["seq"]), str(awaited.iloc[0]["op"])) \
+            if len(awaited) else (st.blocked[culprits[0]].group, st.blocked[culprits[0]].seq,
+                                  st.blocked[culprits[0]].op)
+        d = HangDiagnosis(kind="order_inversion", process_group=g, pg_desc=group_desc(inp, g), seq=s,
+                          op=op, culprit_ranks=sorted(culprits), waiting_ranks=[], tie=tie,
+                          confidence=0.45 if tie else 0.8, source="flight_recorder",
+                          cause=("deadlock across process groups " + ", ".join(groups) + ": " + where
+                                 + ("" if tie else f"; {ranks_text(culprits)} entered the groups in a different order "
+                                                   "than their own history (and the other ranks) say")))
+    else:
+        b = st.blocked[comp[0]]
+        d = HangDiagnosis(kind="deadlock", process_group=b.group, pg_desc=group_desc(inp, b.group), seq=b.seq, op=b.op,
+                          culprit_ranks=sorted(comp), waiting_ranks=[], tie=True, confidence=0.45,
+                          source="flight_recorder", cause="ranks wait for each other: " + where)
+    for r in comp:
+        if (b := st.blocked.get(r)) is not None:
+            row = b.row
+            d.evidence.append((str(row["file"]), None, str(row["text"]) + (f" at {row['frame']}" if row["frame"] else "")))
+    return d
+
+
+
+def order_outlier(inp: HangInputs, st: RankStates, comp: list[int]) -> tuple[list[int], bool]:
+    """The rank(s) of a cross-group cycle whose blocking call breaks the group order of their own history.
+
+    Each rank's recorded collectives repeat with the step (a period of groups: TP, TP, DP, ...); the group the
+    period puts next (without a clean period: the group that most often followed its last one) is the one it
+    should have entered. A rank that entered another group differs.
+    """
+    odd = []
+    for r in comp:
+        c = inp.calls[(inp.calls["rank"] == r) & (inp.calls["kind"] == "coll")].sort_values("order")
+        b = st.blocked.get(r)
+        if b is None or len(c) < 3:
+            continue
+        pos = c.index[(c["group"] == b.group) & (c["seq"] == b.seq)]
+        if not len(pos):
+            continue
+        hist = list(c["group"].iloc[:c.index.get_loc(pos[0])])
+        nxt = p2p.period_next(hist)
+        if nxt is None and len(hist) >= 2:  # no clean period: the group that most often followed the last one
+            succ = Counter(hist[k + 1] for k in range(len(hist) - 1) if hist[k] == hist[-1])
+            nxt = succ.most_common(1)[0][0] if succ else None
+        if nxt is not None and nxt != b.group:
+            odd.append(r)
+    if odd and len(odd) < len(comp):
+        return sorted(odd), False
+    return sorted(comp), True
+
+
+
+def stuck_pair_root(inp: HangInputs, st: RankStates, r: int) -> HangDiagnosis | None:
+    """Two ranks blocked on the same send/recv: a stuck pair (neither is waiting on anyone else)."""
+    b = st.blocked.get(r)
+    if b is None or b.stuck_pair < 0:
+        return None
+    pair = sorted({r, b.stuck_pair})
+    return HangDiagnosis(kind="stuck_p2p", process_group=b.group, pg_desc=group_desc(inp, b.group), seq=None, op=b.op,
+                         culprit_ranks=pair, waiting_ranks=[], tie=True, confidence=0.45, source="flight_recorder",
+                         p2p={"src": r if b.op == "send" else b.stuck_pair,
+                              "dst": b.stuck_pair if b.op == "send" else r, "tag": None},
+                         cause=f"ranks {pair[0]} and {pair[1]} both posted a send/recv to each other in group "
+                               f"{b.group} and neither completed", evidence=[(str(b.row["file"]), None, str(b.row["text"]))])
