@@ -251,12 +251,15 @@ def _tables(report: dict) -> str:
     strag = (cr.get("stragglers") or {})
     per = {r["rank"]: r for r in strag.get("per_rank") or []}
     if rows:
+        from analyzer.render.text import per_step_mean
         body = [[str(r["rank"]), ms(r.get("mean_step_time_us")), pct(r.get("comm_share")),
+                 ms(per_step_mean(r, "wait_us")), ms(per_step_mean(r, "transfer_us")),
                  pct(r.get("exposed_comm_share")), pct(r.get("overlap_coverage")), pct(r.get("idle_share")),
                  pct(per.get(r["rank"], {}).get("pct_last"))] for r in rows]
         hl = {i for i, r in enumerate(rows) if r["rank"] == strag.get("straggler")}
         out.append("<h2>Per rank</h2>" + _fold("per-rank table", _table(
-            ["rank", "mean step ms", "comm share %", "exposed comm %", "overlap %", "idle %", "last to arrive %"],
+            ["rank", "mean step ms", "comm share %", "wait ms/step", "transfer ms/step", "exposed comm %",
+             "overlap %", "idle %", "last to arrive %"],
             body, hl),
             len(body)))
     groups = cr.get("process_groups") or []
