@@ -5,7 +5,7 @@ from typing import Any, Optional
 
 from rules.config import RuleConfig
 from rules.context import Context
-from rules.finding import Evidence, Finding
+from rules.finding import SEVERITY_RANK, Evidence, Finding
 from rules.registry import RULES, load_all
 
 RULE_DOC = "analyze --explain {id}"
@@ -96,6 +96,13 @@ def related(root: Finding, cons: Finding) -> bool:
     return True
 
 
+def may_absorb(root: Finding, cons: Finding) -> bool:
+    """A root cause may hide a consequence only when it is at least as severe and at least as confident: a
+    guess must not swallow a warning that stands on its own (both then stay in the list)."""
+    sev = SEVERITY_RANK.get(root.severity, 9) <= SEVERITY_RANK.get(cons.severity, 9)
+    return sev and float(root.confidence) >= float(cons.confidence)
+
+
 def _explains(f: Finding) -> list[str]:
     """Rule-level plus finding-level selectors of what a finding explains."""
     return (list(RULES[f.id].explains) if f.id in RULES else []) + list(f.explains)
@@ -103,7 +110,8 @@ def _explains(f: Finding) -> list[str]:
 
 def attach_consequences(ranked: list[Finding]) -> list[Finding]:
     """Walk findings best first; each absorbs the findings it explains (transitively: what it absorbs, it
-    also explains), listed under `consequences`. Roots keep their rank order."""
+    also explains), listed under `consequences`, when it is at least as severe and as confident as each
+    (:func:`may_absorb`). Roots keep their rank order."""
     absorbed: set[int] = set()
     for i, root in enumerate(ranked):
         if i in absorbed:
@@ -115,7 +123,7 @@ def attach_consequences(ranked: list[Finding]) -> list[Finding]:
             for j, cons in enumerate(ranked):
                 if j == i or j in absorbed or cons.id == root.id or not _matches(cons.id, sel):
                     continue
-                if not related(root, cons):
+                if not related(root, cons) or not may_absorb(root, cons):
                     continue
                 absorbed.add(j)
                 changed = True
