@@ -184,3 +184,17 @@ def test_rank_with_fewer_steps_is_named_and_ranks_compared_on_common_steps(tmp_p
     # the per-role figures use the same steps as the job's
     role = next(r for r in a.report["cross_rank"]["roles"] if r["role"] == "dp")
     assert role["exposed_comm_share"] == pytest.approx(a.report["job"]["summary"]["exposed_comm_share"])
+
+
+def test_grouped_union_is_each_ranks_union():
+    import numpy as np
+    from analyzer.rank import intervals as iv
+    from analyzer.report.waits import grouped_union
+    rng = np.random.default_rng(7)
+    rank = rng.integers(0, 5, 400)
+    start = rng.integers(0, 10_000, 400)
+    end = start + rng.integers(-5, 300, 400)
+    r, s, e = grouped_union(rank, start, end)
+    for k in range(5):
+        want = iv.union(start[rank == k], end[rank == k])
+        assert (s[r == k] == want[0]).all() and (e[r == k] == want[1]).all()

@@ -295,7 +295,7 @@ def instance_frame(members: pd.DataFrame, hosts_of: dict[int, str], expected: di
     wait = np.clip(latest - m["start"].to_numpy(), 0, np.maximum(duration, 0))
     m["wait_ns"] = wait
     m["duration_ns"] = duration
-    m["transfer_ns"] = duration - wait
+    m["member_transfer_ns"] = duration - wait
     first = g.first()
     inst = pd.DataFrame({
         "instance": first.index.to_numpy(),
@@ -367,10 +367,10 @@ def instance_frames(m: pd.DataFrame, hosts_of: dict[int, str], expected: dict,
     for a, b in zip(cuts[:-1], cuts[1:]):
         inst, part = instance_frame(m.iloc[a:b].reset_index(drop=True), hosts_of, expected, owned=True)
         wait[a:b], dur[a:b] = part["wait_ns"].to_numpy(), part["duration_ns"].to_numpy()
-        tr[a:b] = part["transfer_ns"].to_numpy()
+        tr[a:b] = part["member_transfer_ns"].to_numpy()
         parts.append(inst)
         del part
-    m["wait_ns"], m["duration_ns"], m["transfer_ns"] = wait, dur, tr
+    m["wait_ns"], m["duration_ns"], m["member_transfer_ns"] = wait, dur, tr
     return pd.concat(parts, ignore_index=True), m
 
 
@@ -388,7 +388,7 @@ def instance_table(job: Any, gpus_per_node: Optional[int] = None) -> pd.DataFram
 
 
 def member_table(job: Any, gpus_per_node: Optional[int] = None) -> pd.DataFrame:
-    """One row per (instance, rank): aligned start/end, duration = wait (for the last member to arrive) +
-    transfer (the rest)."""
+    """One row per (instance, rank): aligned start/end, duration_ns = wait_ns (for the last member to arrive) +
+    member_transfer_ns (the rest; the instance's own transfer_ns is its shortest member duration)."""
     from analyzer.cross_rank.section import analyse
     return analyse(job, gpus_per_node).members

@@ -36,7 +36,7 @@ class CrossRank:
     alignment: al_mod.Alignment
     instances: pd.DataFrame   # one row per collective instance / send-recv pair (aligned ns)
     #: the member table (one row per (instance, rank): aligned start/end, duration_ns = wait_ns (until the last
-    #: member arrived) + transfer_ns (the rest)) in partitions
+    #: member arrived) + member_transfer_ns (the rest)) in partitions
     #: kept where they were built (member_parts.py); ``members`` joins them
     parts: MemberParts
     expected: dict
@@ -332,8 +332,8 @@ def _facts_of_part(part: pd.DataFrame, _arg: Any) -> tuple:
     ranks, inv = np.unique(rank, return_inverse=True)
     total, transfer = np.zeros(len(ranks), np.int64), np.zeros(len(ranks), np.int64)
     np.add.at(total, inv, wait)
-    if "transfer_ns" in part:
-        np.add.at(transfer, inv, part["transfer_ns"].to_numpy())
+    if "member_transfer_ns" in part:
+        np.add.at(transfer, inv, part["member_transfer_ns"].to_numpy())
     return (groups, ranks, total, np.bincount(inv, minlength=len(ranks)), int(wait[part["step"].to_numpy() >= 0].sum()),
             transfer)
 

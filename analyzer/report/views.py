@@ -78,8 +78,7 @@ def collectives_frame(job: Job, report: dict) -> pd.DataFrame:
     keep = ["instance", "n_members", "group_size", "complete", "bytes", "transfer_ns", "busbw_gbps", "algbw_gbps",
             "last_rank", "arrival_skew_ns"]
     out = m.merge(inst[keep], left_on="iid", right_on="instance", how="left").drop(columns=["instance"])
-    out = out.rename(columns={"iid": "instance", "duration_ns": "member_duration_ns",
-                              "transfer_ns_x": "member_transfer_ns", "transfer_ns_y": "transfer_ns"})
+    out = out.rename(columns={"iid": "instance", "duration_ns": "member_duration_ns"})
     out["bytes"] = out["bytes"].where(out["bytes"] >= 0)
     exact = {c + "_ns": out[c].to_numpy(dtype=np.int64) for c in ("start", "end")}
     for c in ("start", "end"):
