@@ -121,7 +121,13 @@ _SEND_LESS = ("send less or less often: bf16 gradients (DDP comm hook bf16_compr
               "per-rank batch, or more micro-batches per optimizer step")
 
 
-def _bucket_advice(ctx: Context, coverage: Optional[float] = None) -> str:
+_FSDP_OVERLAP = ("Let FSDP overlap its collectives with compute: backward_prefetch=BACKWARD_PRE and "
+                 "forward_prefetch=True (FSDP1), or fully_shard per block with the default prefetching (FSDP2); wrap "
+                 "per transformer block so each all-gather / reduce-scatter can hide under the neighbouring block's "
+                 "compute, and keep reshard_after_forward=False on the last blocks if memory allows.")
+
+
+def _bucket_advice(ctx: Context, coverage: Optional[float] = None, role: str = "dp") -> str:
     """COMM001's gradient-reduction advice, from the job's own structure (dp_structure): how many reductions
     run per reducing step and how large they are, whether the job already accumulates gradients, and whether its
     backward is long enough to hide the reductions at all. Smaller buckets are advised only where they can help:
@@ -142,6 +148,8 @@ def _bucket_advice(ctx: Context, coverage: Optional[float] = None) -> str:
                            f"transfer, so no bucket size hides it: {_SEND_LESS}.")
         return head + ("To hide the rest, let the synchronising micro-batch's backward overlap it (DDP's hooks, "
                        f"no manual all_reduce after backward), or {_SEND_LESS}.")
+    if role == "fsdp" and not too_long:
+        return _FSDP_OVERLAP
     if too_long:
         return (f"The gradient reductions' transfer ({_ms(transfer)} per step, {per_step:.0f} reduction(s)) is "
                 f"longer than the backward that could hide it (~{_ms(backward)}, ⅔ of the step's compute): smaller "
@@ -246,7 +254,7 @@ def _per_role(ctx: Context, roles: list[dict]) -> Iterator[Finding]:
                                "the last member to arrive (a wait is the late rank's cost, not the network's)"))
         fix = ""
         if role in ("dp", "fsdp"):
-            fix = _bucket_advice(ctx, cov)
+            fix = _bucket_advice(ctx, cov, role)
             st = dp_structure(ctx)
             if st is not None:
                 size = f", mean {mb(st['mean_bytes'])}" if st["mean_bytes"] is not None else \

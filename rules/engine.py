@@ -113,6 +113,7 @@ def attach_consequences(ranked: list[Finding]) -> list[Finding]:
     also explains), listed under `consequences`, when it is at least as severe and as confident as each
     (:func:`may_absorb`). Roots keep their rank order."""
     absorbed: set[int] = set()
+    standing: list[tuple[Finding, Finding]] = []  # (root, consequence) kept apart by may_absorb
     for i, root in enumerate(ranked):
         if i in absorbed:
             continue
@@ -123,7 +124,10 @@ def attach_consequences(ranked: list[Finding]) -> list[Finding]:
             for j, cons in enumerate(ranked):
                 if j == i or j in absorbed or cons.id == root.id or not _matches(cons.id, sel):
                     continue
-                if not related(root, cons) or not may_absorb(root, cons):
+                if not related(root, cons):
+                    continue
+                if not may_absorb(root, cons):
+                    standing.append((root, cons))
                     continue
                 absorbed.add(j)
                 changed = True
@@ -134,7 +138,28 @@ def attach_consequences(ranked: list[Finding]) -> list[Finding]:
                 root.consequences.extend(cons.consequences)
                 cons.consequences = []
                 sel = sel + [s for s in _explains(cons) if s not in sel]
-    return sorted((f for i, f in enumerate(ranked) if i not in absorbed), key=Finding.sort_key)
+    out = sorted((f for i, f in enumerate(ranked) if i not in absorbed), key=Finding.sort_key)
+    return _roots_first(out, [(r, c) for r, c in standing if r in out and c in out])
+
+
+def _roots_first(out: list[Finding], standing: list[tuple[Finding, Finding]]) -> list[Finding]:
+    """Each consequence that stands beside a root that could explain it says so, and among findings of one
+    severity the root comes before it (a slow link before the exposed communication it makes)."""
+    seen: set[tuple[int, int]] = set()
+    for root, cons in standing:
+        if (id(root), id(cons)) in seen:
+            continue
+        seen.add((id(root), id(cons)))
+        text = (f"may be a consequence of {root.id} ({root.severity}, confidence {root.confidence:.0%}: "
+                f"{root.title}); it stands on its own because that finding is "
+                + ("less severe" if SEVERITY_RANK.get(root.severity, 9) > SEVERITY_RANK.get(cons.severity, 9)
+                   else "less certain"))
+        if all(e.text != text for e in cons.evidence):
+            cons.evidence.append(Evidence(text))
+        i, j = out.index(root), out.index(cons)
+        if j < i and root.severity == cons.severity:
+            out.insert(j, out.pop(i))
+    return out
 
 
 __all__ = ["run_rules", "collect_findings", "merge_duplicates", "attach_consequences", "Evidence", "Finding"]

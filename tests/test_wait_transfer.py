@@ -198,3 +198,12 @@ def test_grouped_union_is_each_ranks_union():
     for k in range(5):
         want = iv.union(start[rank == k], end[rank == k])
         assert (s[r == k] == want[0]).all() and (e[r == k] == want[1]).all()
+
+
+def test_an_equally_severe_but_less_certain_root_comes_first_and_is_named():
+    root = _f("NET004", "warning", 0.7, explains=["COMM001"])
+    cons = _f("COMM001", "warning", 0.8)
+    cons.cost = root.cost = 0.74
+    out = attach_consequences(sorted([root, cons], key=Finding.sort_key))
+    assert [f.id for f in out] == ["NET004", "COMM001"]
+    assert any("may be a consequence of NET004" in e.text for e in out[1].evidence)
