@@ -151,10 +151,16 @@ def _bucket_advice(ctx: Context, coverage: Optional[float] = None, role: str = "
     if role == "fsdp" and not too_long:
         return _FSDP_OVERLAP
     if too_long:
-        return (f"The gradient reductions' transfer ({_ms(transfer)} per step, {per_step:.0f} reduction(s)) is "
-                f"longer than the backward that could hide it (~{_ms(backward)}, ⅔ of the step's compute): smaller "
-                f"buckets would hide at most the backward's length. {_SEND_LESS[0].upper() + _SEND_LESS[1:]}; "
-                "gradient accumulation (no_sync() on all but the last micro-batch) reduces once per optimizer step.")
+        head = ""
+        if coverage is not None and coverage < 0.05:  # nothing overlaps yet: overlap first, it hides the backward
+            head = ("Nothing overlaps: the gradient reductions start only once backward has finished (a manual "
+                    "all_reduce after backward, find_unused_parameters=True, or one bucket): let DDP's hooks reduce "
+                    f"during backward, which hides up to its length (~{_ms(backward)}). ")
+        return head + (f"The gradient reductions' transfer ({_ms(transfer)} per step, {per_step:.0f} reduction(s)) "
+                       f"is longer than the backward that could hide it (~{_ms(backward)}, ⅔ of the step's compute): "
+                       "smaller buckets would hide at most the backward's length. "
+                       f"{_SEND_LESS[0].upper() + _SEND_LESS[1:]}; gradient accumulation (no_sync() on all but the "
+                       "last micro-batch) reduces once per optimizer step.")
     if per_step <= ctx.t("few_reductions_per_step"):
         each = f" of {mb(mean)} each" if mean is not None else ""
         cap = (f"to about a quarter of the {mb(mean * per_step)} the gradients total per step (four or more buckets)"

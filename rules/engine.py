@@ -96,11 +96,19 @@ def related(root: Finding, cons: Finding) -> bool:
     return True
 
 
+#: A root at least this sure of itself counts as "as confident" as any consequence it explains (see may_absorb).
+ABSORB_CONFIDENCE = 0.5
+
+
 def may_absorb(root: Finding, cons: Finding) -> bool:
     """A root cause may hide a consequence only when it is at least as severe and at least as confident: a
-    guess must not swallow a warning that stands on its own (both then stay in the list)."""
+    guess ("rank 1 may be a straggler", 20 %) must not swallow a warning that stands on its own; both then stay
+    in the list. A root explains its consequence with more claims than the consequence makes (MOE001: the
+    straggler of LOAD001 *and* why; NET004: the exposed transfer of COMM001 *and* the link), so its confidence is
+    a conjunction's and can never reach its part's: a root that is more sure than not (ABSORB_CONFIDENCE)
+    counts as confident enough for any consequence of no higher severity."""
     sev = SEVERITY_RANK.get(root.severity, 9) <= SEVERITY_RANK.get(cons.severity, 9)
-    return sev and float(root.confidence) >= float(cons.confidence)
+    return sev and float(root.confidence) >= min(float(cons.confidence), ABSORB_CONFIDENCE)
 
 
 def _explains(f: Finding) -> list[str]:

@@ -201,9 +201,17 @@ def test_grouped_union_is_each_ranks_union():
 
 
 def test_an_equally_severe_but_less_certain_root_comes_first_and_is_named():
-    root = _f("NET004", "warning", 0.7, explains=["COMM001"])
+    root = _f("LOAD001", "warning", 0.4, explains=["COMM001"])  # a guess
     cons = _f("COMM001", "warning", 0.8)
     cons.cost = root.cost = 0.74
     out = attach_consequences(sorted([root, cons], key=Finding.sort_key))
-    assert [f.id for f in out] == ["NET004", "COMM001"]
-    assert any("may be a consequence of NET004" in e.text for e in out[1].evidence)
+    assert [f.id for f in out] == ["LOAD001", "COMM001"]
+    assert any("may be a consequence of LOAD001" in e.text for e in out[1].evidence)
+
+
+def test_a_refinement_more_sure_than_not_absorbs_what_it_refines():
+    """NET004 (70 %) explains COMM001 (80 %): a root claims more than its consequence, so it is never as sure."""
+    root = _f("NET004", "warning", 0.7, explains=["COMM001"])
+    cons = _f("COMM001", "warning", 0.8)
+    out = attach_consequences(sorted([root, cons], key=Finding.sort_key))
+    assert [f.id for f in out] == ["NET004"] and out[0].consequences[0]["id"] == "COMM001"
