@@ -77,6 +77,8 @@ def dp_reductions(ctx: Context) -> Optional[tuple[float, Optional[float]]]:
 #: Share of a step's compute that is backward when nothing says otherwise (backward computes the gradients of
 #: both the activations and the weights: about twice the forward's FLOPs, so ~2/3 of forward + backward).
 BACKWARD_SHARE = 2.0 / 3.0
+#: The backward must be at least this many times the reductions' transfer for smaller buckets to be advised.
+HIDE_MARGIN = 2.0
 
 
 def dp_structure(ctx: Context) -> Optional[dict]:
@@ -137,11 +139,13 @@ def _bucket_advice(ctx: Context, coverage: Optional[float] = None, role: str = "
         return _NOTHING_OVERLAPS if coverage is not None and coverage < 0.05 else ""
     per_step, mean = st["per_step"], st["mean_bytes"]
     transfer, backward = st["transfer_us"], st["backward_us"]
-    too_long = transfer is not None and backward is not None and transfer > backward
+    # smaller buckets are advised only under a backward clearly longer than the transfer (HIDE_MARGIN): the
+    # estimate is rough, the last bucket always reduces after backward, and overlapped transfers slow down
+    too_long = transfer is not None and backward is not None and transfer * HIDE_MARGIN > backward
     if st["accumulation"]:
         head = (f"The job already accumulates gradients: reductions run in {st['active_steps']} of {st['steps']} "
                 f"steps ({per_step:.0f} per reducing step, {_ms(transfer)} of transfer), so their cost is shared by "
-                f"{st['steps'] / max(1, st['active_steps']):.1f} micro-batches and smaller buckets change nothing "
+                f"{st['steps'] / max(1, st['active_steps']):.1f} micro-batches and the bucket size changes nothing "
                 "in the other steps. ")
         if too_long:
             return head + (f"The synchronising micro-batch's backward (~{_ms(backward)}) is shorter than that "
@@ -156,9 +160,10 @@ def _bucket_advice(ctx: Context, coverage: Optional[float] = None, role: str = "
             head = ("Nothing overlaps: the gradient reductions start only once backward has finished (a manual "
                     "all_reduce after backward, find_unused_parameters=True, or one bucket): let DDP's hooks reduce "
                     f"during backward, which hides up to its length (~{_ms(backward)}). ")
+        longer = "longer than" if transfer > backward else "not clearly shorter than"
         return head + (f"The gradient reductions' transfer ({_ms(transfer)} per step, {per_step:.0f} reduction(s)) "
-                       f"is longer than the backward that could hide it (~{_ms(backward)}, ⅔ of the step's compute): "
-                       "smaller buckets would hide at most the backward's length. "
+                       f"is {longer} the backward that could hide it (~{_ms(backward)}, ⅔ of the step's compute): "
+                       "no bucket size hides more than part of the backward's length. "
                        f"{_SEND_LESS[0].upper() + _SEND_LESS[1:]}; gradient accumulation (no_sync() on all but the "
                        "last micro-batch) reduces once per optimizer step.")
     if per_step <= ctx.t("few_reductions_per_step"):
@@ -218,8 +223,12 @@ def low_overlap(ctx: Context) -> Iterator[Finding]:
     send/recv is the PIPE rules' business. A role is reported when it misses its target and its exposed
     communication is at least exposed_comm_min of the step; a warning from role_exposed_warn on, else info.
     Whole-trace (no ProfilerStep) traces and trace sets missing ranks of the world give info only (comm time may
-    be waiting for ranks that are not there to see). The DDP advice depends on how many gradient reductions run per
-    step (few large ones → lower bucket_cap_mb; many small ones → raise it). Without per-role data the job-wide
+    be waiting for ranks that are not there to see). Exposed communication is the transfer's: the wait for the last
+    member of a collective is the late rank's cost (LOAD001), not the network's. The advice follows the job's own
+    structure (dp_structure): gradient accumulation already used (reductions in only some steps) → no bucket
+    advice; a reduction whose transfer is not clearly shorter (HIDE_MARGIN) than the backward that could hide it
+    (BACKWARD_SHARE of the step's compute) → send less; few reductions under a long backward → lower
+    bucket_cap_mb; many small ones → raise it; FSDP → its prefetch and wrapping settings. Without per-role data the job-wide
     coverage is judged against the DP target (the TP one with TP groups). Cost: the role's exposed share.
     """
     roles = _roles(ctx)
