@@ -218,3 +218,14 @@ def test_a_refinement_more_sure_than_not_absorbs_what_it_refines():
     cons = _f("COMM001", "warning", 0.8)
     out = attach_consequences(sorted([root, cons], key=Finding.sort_key))
     assert [f.id for f in out] == ["NET004"] and out[0].consequences[0]["id"] == "COMM001"
+
+
+def test_step_coverage_names_a_rank_whose_steps_were_all_lost():
+    import pandas as pd
+    from analyzer.report.coverage import common_only, step_coverage
+    sm = pd.DataFrame({"rank": [0, 0, 0, 2, 2, 3, 3, 3], "step": [2, 3, 4, 2, 3, 2, 3, 4]})
+    cov = step_coverage(sm, [0, 1, 2, 3])
+    assert cov["missing"] == [{"rank": 1, "steps": [2, 3, 4]}, {"rank": 2, "steps": [4]}]
+    assert cov["common_steps"] == [2, 3] and cov["compared"] == "common"
+    assert sorted(set(common_only(sm, cov)["step"])) == [2, 3]
+    assert step_coverage(sm[sm["rank"] != 2], [0, 3]) is None  # the same steps everywhere: nothing to say

@@ -28,7 +28,7 @@ def run_analysis(job: Job, options: Optional[Options] = None) -> dict:
     options = options or Options()
     # ranks with fewer steps than their peers: compare the ranks on the steps they all have (before anything,
     # the cross-rank stage included, reads the step metrics)
-    steps = cov.step_coverage(job.step_metrics)
+    steps = cov.step_coverage(job.step_metrics, job.ranks)
     if steps is not None and "step_coverage" not in job.cache:
         job.cache["step_coverage"] = steps
         job.step_metrics = cov.common_only(job.step_metrics, steps)

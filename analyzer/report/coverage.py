@@ -16,19 +16,24 @@ from typing import Optional
 import pandas as pd
 
 
-def step_coverage(sm: pd.DataFrame) -> Optional[dict]:
+def step_coverage(sm: pd.DataFrame, ranks: Optional[list[int]] = None) -> Optional[dict]:
     """``{"common_steps", "all_steps", "missing": [{"rank", "steps"}], "compared": "common" | "all"}`` when
     some rank lacks a step another rank has; None when every rank recorded the same steps (or there are no
-    ProfilerStep windows: a whole-trace row is step -1)."""
+    ProfilerStep windows: a whole-trace row is step -1). ``ranks``: the job's ranks; one with no step in the
+    metrics at all (a cut lost them all) lacks every step and is left out of the common set."""
     if sm is None or not len(sm):
         return None
     rows = sm[sm["step"] >= 0]
-    if not len(rows) or rows["rank"].nunique() < 2:
+    if not len(rows):
         return None
     have = {int(r): set(int(s) for s in g["step"]) for r, g in rows.groupby("rank", sort=True)}
     every = set().union(*have.values())
     common = set.intersection(*have.values())
-    missing = [{"rank": r, "steps": sorted(every - s)} for r, s in have.items() if every - s]
+    empty = sorted(set(int(r) for r in ranks or []) - set(have))
+    if len(have) < 2 and not empty:
+        return None
+    missing = sorted([{"rank": r, "steps": sorted(every - s)} for r, s in have.items() if every - s] +
+                     [{"rank": r, "steps": sorted(every)} for r in empty], key=lambda m: m["rank"])
     if not missing:
         return None
     return {"common_steps": sorted(common), "all_steps": sorted(every), "missing": missing,
