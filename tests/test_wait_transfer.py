@@ -229,3 +229,13 @@ def test_step_coverage_names_a_rank_whose_steps_were_all_lost():
     assert cov["common_steps"] == [2, 3] and cov["compared"] == "common"
     assert sorted(set(common_only(sm, cov)["step"])) == [2, 3]
     assert step_coverage(sm[sm["rank"] != 2], [0, 3]) is None  # the same steps everywhere: nothing to say
+
+
+@pytest.mark.slow
+def test_cut_rank_that_lost_every_step_is_named():
+    """cut-ddp4-early-step: rank 3's file lost a whole thread, so none of its steps is measured (facts.json)."""
+    a = _real("cut-ddp4-early-step")
+    cov = a.report["job"]["step_coverage"]
+    assert cov["missing"] == [{"rank": 3, "steps": [2, 3, 4]}] and cov["common_steps"] == [2, 3, 4]
+    f = next(f for f in a.findings if f["id"] == "LOAD005")
+    assert f["subject"]["ranks"] == [3]
