@@ -397,3 +397,35 @@ def moe_imbalance(ctx: Context) -> Iterator[Finding]:
                   subject=Subject(ranks=[s["rank"]], process_group=str(g.get("name")),
                                   collective={"op": "alltoall", "seq": None}),
                   involved=_all_ranks(ctx) | {s["rank"]})
+
+
+@rule("LOAD005", "Ranks recorded different steps", "info",
+      confirm="The report's job.step_coverage lists, per rank, the steps it lacks; each rank's ranks[].steps the "
+              "ProfilerStep numbers its trace holds.",
+      fix="Nothing in the job to fix: give every rank the same profiler schedule and let each finish writing "
+          "(stop the job after prof.stop() / export_chrome_trace returns on every rank), so that all ranks "
+          "record the same steps.")
+def different_steps(ctx: Context) -> Iterator[Finding]:
+    """Some ranks' traces hold fewer steps than their peers' (exported early, cut, another profiler window).
+
+    The ranks are compared only on the steps every rank has (analyzer/report/coverage.py): per-rank means,
+    spreads and straggler statistics over different steps would compare different work. When the ranks share no
+    step, each rank's figures are over its own steps, and cross-rank comparisons are weak.
+    """
+    cov = (ctx.report.get("job") or {}).get("step_coverage")
+    if not cov or not cov.get("missing"):
+        return
+    missing = cov["missing"]
+    common = cov.get("common_steps") or []
+    ev = [Evidence(f"rank {m['rank']} lacks step(s) {', '.join(str(s) for s in m['steps'][:8])}"
+                   f"{' …' if len(m['steps']) > 8 else ''} that other ranks recorded") for m in missing[:8]]
+    if common:
+        ev.append(Evidence(f"compared: the {len(common)} step(s) every rank has "
+                           f"({', '.join(str(s) for s in common[:8])}{' …' if len(common) > 8 else ''}); "
+                           f"left out of the comparisons: {len(cov.get('all_steps') or []) - len(common)} step(s)"))
+    else:
+        ev.append(Evidence("the ranks share no step: each rank's figures are over its own steps"))
+    ranks = sorted(int(m["rank"]) for m in missing)
+    yield Finding(title=f"{ranks_text(ranks).capitalize()} recorded fewer steps than the other ranks"
+                        + (f": compared on the {len(common)} step(s) every rank has" if common else ""),
+                  confidence=1.0, evidence=ev, subject=Subject(ranks=ranks), involved=set(ranks))

@@ -53,13 +53,18 @@ def _roles(ctx: Context) -> list[dict]:
     return [r for r in (ctx.cross.get("roles") or []) if num(r.get("comm_share"))]
 
 
+def _dp_rows(ctx: Context) -> list[dict]:
+    """cross_rank.collectives.by_group_op rows of the data-parallel groups' gradient reductions."""
+    dp = {str(g.get("name")) for g in ctx.groups() if str(g.get("judged_role") or g.get("role")) in ("dp", "fsdp")}
+    return [r for r in (ctx.cross.get("collectives") or {}).get("by_group_op") or []
+            if str(r.get("process_group")) in dp and str(r.get("op")) in ("allreduce", "reducescatter")]
+
+
 def dp_reductions(ctx: Context) -> Optional[tuple[float, Optional[float]]]:
     """(gradient reductions per step, mean bytes or None when the trace records no sizes) of the data-parallel
     groups, from cross_rank.collectives."""
     steps = ctx.n_steps()
-    dp = {str(g.get("name")) for g in ctx.groups() if str(g.get("judged_role") or g.get("role")) in ("dp", "fsdp")}
-    rows = [r for r in (ctx.cross.get("collectives") or {}).get("by_group_op") or []
-            if str(r.get("process_group")) in dp and str(r.get("op")) in ("allreduce", "reducescatter")]
+    rows = _dp_rows(ctx)
     count = sum(num(r.get("count")) or 0 for r in rows)
     sizes = [num(r.get("bytes")) for r in rows]
     if not steps or not count:
@@ -69,26 +74,106 @@ def dp_reductions(ctx: Context) -> Optional[tuple[float, Optional[float]]]:
     return count / steps / per_group, (sum(sizes) / count if known else None)
 
 
+#: Share of a step's compute that is backward when nothing says otherwise (backward computes the gradients of
+#: both the activations and the weights: about twice the forward's FLOPs, so ~2/3 of forward + backward).
+BACKWARD_SHARE = 2.0 / 3.0
+#: The backward must be at least this many times the reductions' transfer for smaller buckets to be advised.
+HIDE_MARGIN = 2.0
+
+
+def dp_structure(ctx: Context) -> Optional[dict]:
+    """What the job's own structure says about hiding its gradient reductions (the facts behind the advice):
+    ``per_step`` reductions per step that reduces (per group), ``mean_bytes``, ``steps`` and ``active_steps``
+    (steps with a reduction: fewer with gradient accumulation), ``accumulation`` (some steps reduce nothing),
+    ``transfer_us`` (reduction transfer per reducing step, per group), ``backward_us`` (the backward that could
+    hide it: BACKWARD_SHARE of the mean compute per step)."""
+    rows = _dp_rows(ctx)
+    steps = ctx.n_steps()
+    if not rows or not steps:
+        return None
+    groups = max(1, len({str(r.get("process_group")) for r in rows}))
+    count = sum(num(r.get("count")) or 0 for r in rows)
+    active = max((int(num(r.get("active_steps")) or 0) for r in rows), default=0) or steps
+    in_active = sum((num(r.get("calls_per_active_step")) or 0) * (num(r.get("active_steps")) or 0) for r in rows)
+    per_step = (in_active or count) / groups / active
+    sizes = [num(r.get("bytes")) for r in rows]
+    known = all(b is not None and b > 0 for b in sizes)
+    transfer = [num(r.get("transfer_us_per_active_step")) for r in rows]
+    transfer_us = sum(t for t in transfer if t is not None) / groups if any(t is not None for t in transfer) else None
+    comp = [(num(r.get("compute_us")), num(r.get("steps"))) for r in ctx.per_rank()]
+    comp = [(c, n) for c, n in comp if c is not None and n]
+    compute_us = sum(c for c, _ in comp) / sum(n for _, n in comp) if comp else None
+    return {"per_step": per_step, "mean_bytes": sum(sizes) / count if known and count else None, "steps": steps,
+            "active_steps": active, "accumulation": steps >= 2 and active < steps,
+            "transfer_us": transfer_us, "compute_us": compute_us,
+            "backward_us": compute_us * BACKWARD_SHARE if compute_us is not None else None}
+
+
+def _ms(us: Optional[float]) -> str:
+    return "?" if us is None else f"{us / 1e3:.1f} ms"
+
+
 _NOTHING_OVERLAPS = (
     "Nothing overlaps: the gradient reduction only starts once backward has finished. With DDP the gradients then "
     "fit in one or two buckets, or something delays the hooks (a manual all_reduce after backward, "
     "find_unused_parameters=True, no_sync on every step): lower bucket_cap_mb (e.g. 25 → 5-10 MB) so the first "
     "buckets are ready early in backward, and let DDP's hooks reduce; with FSDP use backward_prefetch=BACKWARD_PRE.")
 
+_SEND_LESS = ("send less or less often: bf16 gradients (DDP comm hook bf16_compress_hook, PowerSGD), a larger "
+              "per-rank batch, or more micro-batches per optimizer step")
 
-def _bucket_advice(ctx: Context, coverage: Optional[float] = None) -> str:
-    """COMM001's DDP bucket advice from how many gradient reductions run per step and how large they are."""
-    red = dp_reductions(ctx)
-    if red is None:
+
+_FSDP_OVERLAP = ("Let FSDP overlap its collectives with compute: backward_prefetch=BACKWARD_PRE and "
+                 "forward_prefetch=True (FSDP1), or fully_shard per block with the default prefetching (FSDP2); wrap "
+                 "per transformer block so each all-gather / reduce-scatter can hide under the neighbouring block's "
+                 "compute, and keep reshard_after_forward=False on the last blocks if memory allows.")
+
+
+def _bucket_advice(ctx: Context, coverage: Optional[float] = None, role: str = "dp") -> str:
+    """COMM001's gradient-reduction advice, from the job's own structure (dp_structure): how many reductions
+    run per reducing step and how large they are, whether the job already accumulates gradients, and whether its
+    backward is long enough to hide the reductions at all. Smaller buckets are advised only where they can help:
+    few reductions per step whose transfer fits inside the backward."""
+    st = dp_structure(ctx)
+    if st is None:
         return _NOTHING_OVERLAPS if coverage is not None and coverage < 0.05 else ""
-    per_step, mean = red
+    per_step, mean = st["per_step"], st["mean_bytes"]
+    transfer, backward = st["transfer_us"], st["backward_us"]
+    # smaller buckets are advised only under a backward clearly longer than the transfer (HIDE_MARGIN): the
+    # estimate is rough, the last bucket always reduces after backward, and overlapped transfers slow down
+    too_long = transfer is not None and backward is not None and transfer * HIDE_MARGIN > backward
+    if st["accumulation"]:
+        head = (f"The job already accumulates gradients: reductions run in {st['active_steps']} of {st['steps']} "
+                f"steps ({per_step:.0f} per reducing step, {_ms(transfer)} of transfer), so their cost is shared by "
+                f"{st['steps'] / max(1, st['active_steps']):.1f} micro-batches and the bucket size changes nothing "
+                "in the other steps. ")
+        if too_long:
+            return head + (f"The synchronising micro-batch's backward (~{_ms(backward)}) is shorter than that "
+                           f"transfer, so no bucket size hides it: {_SEND_LESS}.")
+        return head + ("To hide the rest, let the synchronising micro-batch's backward overlap it (DDP's hooks, "
+                       f"no manual all_reduce after backward), or {_SEND_LESS}.")
+    if role == "fsdp" and not too_long:
+        return _FSDP_OVERLAP
+    if too_long:
+        head = ""
+        if coverage is not None and coverage < 0.05:  # nothing overlaps yet: overlap first, it hides the backward
+            head = ("Nothing overlaps: the gradient reductions start only once backward has finished (a manual "
+                    "all_reduce after backward, find_unused_parameters=True, or one bucket): let DDP's hooks reduce "
+                    f"during backward, which hides up to its length (~{_ms(backward)}). ")
+        longer = "longer than" if transfer > backward else "not clearly shorter than"
+        return head + (f"The gradient reductions' transfer ({_ms(transfer)} per step, {per_step:.0f} reduction(s)) "
+                       f"is {longer} the backward that could hide it (~{_ms(backward)}, ⅔ of the step's compute): "
+                       "no bucket size hides more than part of the backward's length. "
+                       f"{_SEND_LESS[0].upper() + _SEND_LESS[1:]}; gradient accumulation (no_sync() on all but the "
+                       "last micro-batch) reduces once per optimizer step.")
     if per_step <= ctx.t("few_reductions_per_step"):
         each = f" of {mb(mean)} each" if mean is not None else ""
         cap = (f"to about a quarter of the {mb(mean * per_step)} the gradients total per step (four or more buckets)"
                if mean is not None else "(e.g. 25 → 5 MB)")
         return (f"Only {per_step:.0f} gradient reduction(s) per step{each}: they can start only once the bucket is "
                 f"full, late in backward. Lower bucket_cap_mb {cap}, so the first buckets are reduced while backward "
-                "still runs.")
+                "still runs" + (f" (the backward, ~{_ms(backward)}, is long enough to hide the {_ms(transfer)} of "
+                                "transfer)." if transfer is not None and backward is not None else "."))
     if per_step >= ctx.t("small_coll_per_step") and mean is not None and mean < ctx.t("small_coll_max_bytes"):
         return (f"{per_step:.0f} gradient reductions per step of {mb(mean)} each: each pays NCCL's latency. Raise "
                 "bucket_cap_mb (25 → 50-100) so fewer, larger buckets overlap backward.")
@@ -138,8 +223,12 @@ def low_overlap(ctx: Context) -> Iterator[Finding]:
     send/recv is the PIPE rules' business. A role is reported when it misses its target and its exposed
     communication is at least exposed_comm_min of the step; a warning from role_exposed_warn on, else info.
     Whole-trace (no ProfilerStep) traces and trace sets missing ranks of the world give info only (comm time may
-    be waiting for ranks that are not there to see). The DDP advice depends on how many gradient reductions run per
-    step (few large ones → lower bucket_cap_mb; many small ones → raise it). Without per-role data the job-wide
+    be waiting for ranks that are not there to see). Exposed communication is the transfer's: the wait for the last
+    member of a collective is the late rank's cost (LOAD001), not the network's. The advice follows the job's own
+    structure (dp_structure): gradient accumulation already used (reductions in only some steps) → no bucket
+    advice; a reduction whose transfer is not clearly shorter (HIDE_MARGIN) than the backward that could hide it
+    (BACKWARD_SHARE of the step's compute) → send less; few reductions under a long backward → lower
+    bucket_cap_mb; many small ones → raise it; FSDP → its prefetch and wrapping settings. Without per-role data the job-wide
     coverage is judged against the DP target (the TP one with TP groups). Cost: the role's exposed share.
     """
     roles = _roles(ctx)
@@ -174,15 +263,20 @@ def _per_role(ctx: Context, roles: list[dict]) -> Iterator[Finding]:
               Evidence(f"exposed {name} communication {pct(exposed)} of step time "
                        f"({num(r.get('exposed_comm_us')) or 0:.0f} µs per rank over the traced steps); groups "
                        f"{', '.join(groups[:6])}{' …' if len(groups) > 6 else ''}")]
-        if ctx.cpu_only():
-            ev.append(Evidence("CPU-only (gloo) trace: a gloo span also counts the wait for the slowest peer"))
+        wait = num(r.get("wait_us"))
+        if wait:
+            ev.append(Evidence(f"not counted: {wait / 1e3:.1f} ms per rank of waiting inside these collectives for "
+                               "the last member to arrive (a wait is the late rank's cost, not the network's)"))
         fix = ""
         if role in ("dp", "fsdp"):
-            fix = _bucket_advice(ctx, cov)
-            red = dp_reductions(ctx)
-            if red is not None:
-                size = f", mean {mb(red[1])}" if red[1] is not None else " (the trace records no sizes)"
-                ev.append(Evidence(f"{red[0]:.1f} gradient reduction(s) per step per group{size}"))
+            fix = _bucket_advice(ctx, cov, role)
+            st = dp_structure(ctx)
+            if st is not None:
+                size = f", mean {mb(st['mean_bytes'])}" if st["mean_bytes"] is not None else \
+                    " (the trace records no sizes)"
+                where = (f" in {st['active_steps']} of {st['steps']} steps" if st["accumulation"] else "")
+                ev.append(Evidence(f"{st['per_step']:.1f} gradient reduction(s) per reducing step per group{size}"
+                                   f"{where}"))
         elif role == "ep":
             fix = ("Overlap expert dispatch/combine with compute: split the batch into two micro-batches and run one's "
                    "all-to-all while the other computes (DeepEP's hook-based low-latency mode frees the SMs), or "
@@ -252,19 +346,20 @@ def _job_wide(ctx: Context) -> Iterator[Finding]:
           "per-GPU batch, bf16 gradients / communication hooks (bf16_compress_hook, PowerSGD), ZeRO stage or "
           "TP degree appropriate for the network; check the link bandwidth (NET rules).")
 def high_comm_share(ctx: Context) -> Iterator[Finding]:
-    """Communication of a role occupies a large part of every step (comm share = |∪comm| / step time).
+    """The transfer of a role occupies a large part of every step (transfer share = |∪comm − waits| / step time).
 
     Judged per role (cross_rank.roles): DP/FSDP against dp_comm_share_max, TP against tp_comm_share_max; EP and
     PP have no healthy range of their own here (their traffic follows the model and the schedule). Waiting
-    inside a collective for a late rank counts as communication time, so a straggler inflates this number
-    (LOAD001 lists it as a consequence then). Informational: a high share hidden under compute costs little;
+    inside a collective for a late rank is not counted (analyzer/report/waits.py): it is the late rank's cost,
+    which LOAD001 reports. Informational: a high share hidden under compute costs little;
     COMM001 judges the exposed part. Without per-role data the job-wide share is judged (TP limit with TP groups).
     """
     roles = _roles(ctx)
     if roles:
         for r in roles:
             role = str(r.get("role"))
-            share = num(r.get("comm_share"))
+            share = num(r.get("transfer_share"))
+            share = num(r.get("comm_share")) if share is None else share
             if role not in SHARE_LIMIT or share is None or share <= ctx.t(SHARE_LIMIT[role]):
                 continue
             limit = ctx.t(SHARE_LIMIT[role])
@@ -272,23 +367,27 @@ def high_comm_share(ctx: Context) -> Iterator[Finding]:
             ranks = sorted(int(x) for x in r.get("ranks") or [])
             yield Finding(title=f"{ROLE_NAME.get(role, role).capitalize()} communication takes {pct(share)} of step "
                                 f"time (limit {pct(limit)})", confidence=0.6,
-                          evidence=[Evidence(f"{role} comm share {pct(share)}, exposed "
-                                             f"{pct(num(r.get('exposed_comm_share')))}, overlap "
+                          evidence=[Evidence(f"{role} transfer {pct(share)} of step time (whole spans "
+                                             f"{pct(num(r.get('comm_share')))}, the rest waiting for late members), "
+                                             f"exposed {pct(num(r.get('exposed_comm_share')))}, overlap "
                                              f"{pct(num(r.get('overlap_coverage')))}; groups {', '.join(groups[:6])}")],
                           cost=num(r.get("exposed_comm_share")),
                           subject=Subject(ranks=ranks, process_group=groups[0] if len(groups) == 1 else None),
                           involved=set(ranks), extra={"role": role})
         return
-    share = num(ctx.summary.get("comm_share"))
+    share = num(ctx.summary.get("transfer_share"))
+    share = num(ctx.summary.get("comm_share")) if share is None else share
     if share is None or p2p_only(ctx):
         return
     tp = _has_tp(ctx)
     limit = ctx.t("tp_comm_share_max") if tp else ctx.t("dp_comm_share_max")
     if share <= limit:
         return
-    high = sorted(r for r, v in _rank_values(ctx, "comm_share").items() if v > limit)
+    by_rank = _rank_values(ctx, "transfer_share") or _rank_values(ctx, "comm_share")
+    high = sorted(r for r, v in by_rank.items() if v > limit)
     yield Finding(title=f"Communication takes {pct(share)} of step time (limit {pct(limit)})", confidence=0.6,
-                  evidence=[Evidence(f"comm share {pct(share)}, exposed {pct(num(ctx.summary.get('exposed_comm_share')))}"
+                  evidence=[Evidence(f"transfer share {pct(share)} (whole spans {pct(num(ctx.summary.get('comm_share')))}),"
+                                     f" exposed {pct(num(ctx.summary.get('exposed_comm_share')))}"
                                      f", overlap coverage {pct(num(ctx.summary.get('overlap_coverage')))}"),
                             Evidence(f"{ranks_text(high)} above the limit")],
                   cost=num(ctx.summary.get("exposed_comm_share")), subject=Subject(ranks=high), involved=set(high))

@@ -5,7 +5,7 @@ from typing import Any, Optional
 
 from rules.config import RuleConfig
 from rules.context import Context
-from rules.finding import Evidence, Finding
+from rules.finding import SEVERITY_RANK, Evidence, Finding
 from rules.registry import RULES, load_all
 
 RULE_DOC = "analyze --explain {id}"
@@ -96,6 +96,21 @@ def related(root: Finding, cons: Finding) -> bool:
     return True
 
 
+#: A root at least this sure of itself counts as "as confident" as any consequence it explains (see may_absorb).
+ABSORB_CONFIDENCE = 0.5
+
+
+def may_absorb(root: Finding, cons: Finding) -> bool:
+    """A root cause may hide a consequence only when it is at least as severe and at least as confident: a
+    guess ("rank 1 may be a straggler", 20 %) must not swallow a warning that stands on its own; both then stay
+    in the list. A root explains its consequence with more claims than the consequence makes (MOE001: the
+    straggler of LOAD001 *and* why; NET004: the exposed transfer of COMM001 *and* the link), so its confidence is
+    a conjunction's and can never reach its part's: a root that is more sure than not (ABSORB_CONFIDENCE)
+    counts as confident enough for any consequence of no higher severity."""
+    sev = SEVERITY_RANK.get(root.severity, 9) <= SEVERITY_RANK.get(cons.severity, 9)
+    return sev and float(root.confidence) >= min(float(cons.confidence), ABSORB_CONFIDENCE)
+
+
 def _explains(f: Finding) -> list[str]:
     """Rule-level plus finding-level selectors of what a finding explains."""
     return (list(RULES[f.id].explains) if f.id in RULES else []) + list(f.explains)
@@ -103,8 +118,10 @@ def _explains(f: Finding) -> list[str]:
 
 def attach_consequences(ranked: list[Finding]) -> list[Finding]:
     """Walk findings best first; each absorbs the findings it explains (transitively: what it absorbs, it
-    also explains), listed under `consequences`. Roots keep their rank order."""
+    also explains), listed under `consequences`, when it is at least as severe and as confident as each
+    (:func:`may_absorb`). Roots keep their rank order."""
     absorbed: set[int] = set()
+    standing: list[tuple[Finding, Finding]] = []  # (root, consequence) kept apart by may_absorb
     for i, root in enumerate(ranked):
         if i in absorbed:
             continue
@@ -117,6 +134,9 @@ def attach_consequences(ranked: list[Finding]) -> list[Finding]:
                     continue
                 if not related(root, cons):
                     continue
+                if not may_absorb(root, cons):
+                    standing.append((root, cons))
+                    continue
                 absorbed.add(j)
                 changed = True
                 root.consequences.append({"id": cons.id, "title": cons.title, "severity": cons.severity,
@@ -126,7 +146,28 @@ def attach_consequences(ranked: list[Finding]) -> list[Finding]:
                 root.consequences.extend(cons.consequences)
                 cons.consequences = []
                 sel = sel + [s for s in _explains(cons) if s not in sel]
-    return sorted((f for i, f in enumerate(ranked) if i not in absorbed), key=Finding.sort_key)
+    out = sorted((f for i, f in enumerate(ranked) if i not in absorbed), key=Finding.sort_key)
+    return _roots_first(out, [(r, c) for r, c in standing if r in out and c in out])
+
+
+def _roots_first(out: list[Finding], standing: list[tuple[Finding, Finding]]) -> list[Finding]:
+    """Each consequence that stands beside a root that could explain it says so, and among findings of one
+    severity the root comes before it (a slow link before the exposed communication it makes)."""
+    seen: set[tuple[int, int]] = set()
+    for root, cons in standing:
+        if (id(root), id(cons)) in seen:
+            continue
+        seen.add((id(root), id(cons)))
+        text = (f"may be a consequence of {root.id} ({root.severity}, confidence {root.confidence:.0%}: "
+                f"{root.title}); it stands on its own because that finding is "
+                + ("less severe" if SEVERITY_RANK.get(root.severity, 9) > SEVERITY_RANK.get(cons.severity, 9)
+                   else "less certain"))
+        if all(e.text != text for e in cons.evidence):
+            cons.evidence.append(Evidence(text))
+        i, j = out.index(root), out.index(cons)
+        if j < i and root.severity == cons.severity:
+            out.insert(j, out.pop(i))
+    return out
 
 
 __all__ = ["run_rules", "collect_findings", "merge_duplicates", "attach_consequences", "Evidence", "Finding"]

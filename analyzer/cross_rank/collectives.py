@@ -290,8 +290,12 @@ def instance_frame(members: pd.DataFrame, hosts_of: dict[int, str], expected: di
         m = members.sort_values(["iid", "rank"], kind="stable").reset_index(drop=True)
     g = m.groupby("iid", sort=True)
     latest = g["start"].transform("max").to_numpy()
-    m["wait_ns"] = latest - m["start"].to_numpy()
-    m["duration_ns"] = (m["end"] - m["start"]).to_numpy()
+    duration = (m["end"] - m["start"]).to_numpy()
+    # a member's span = its wait for the last member to arrive (never past its own end) + its transfer
+    wait = np.clip(latest - m["start"].to_numpy(), 0, np.maximum(duration, 0))
+    m["wait_ns"] = wait
+    m["duration_ns"] = duration
+    m["member_transfer_ns"] = duration - wait
     first = g.first()
     inst = pd.DataFrame({
         "instance": first.index.to_numpy(),
@@ -358,14 +362,15 @@ def instance_frames(m: pd.DataFrame, hosts_of: dict[int, str], expected: dict,
     if n <= partition_rows:
         return instance_frame(m, hosts_of, expected, owned=True)
     cuts = partition_cuts(m["iid"].to_numpy(), partition_rows)
-    wait, dur = np.empty(n, np.int64), np.empty(n, np.int64)
+    wait, dur, tr = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64)
     parts = []
     for a, b in zip(cuts[:-1], cuts[1:]):
         inst, part = instance_frame(m.iloc[a:b].reset_index(drop=True), hosts_of, expected, owned=True)
         wait[a:b], dur[a:b] = part["wait_ns"].to_numpy(), part["duration_ns"].to_numpy()
+        tr[a:b] = part["member_transfer_ns"].to_numpy()
         parts.append(inst)
         del part
-    m["wait_ns"], m["duration_ns"] = wait, dur
+    m["wait_ns"], m["duration_ns"], m["member_transfer_ns"] = wait, dur, tr
     return pd.concat(parts, ignore_index=True), m
 
 
@@ -383,6 +388,7 @@ def instance_table(job: Any, gpus_per_node: Optional[int] = None) -> pd.DataFram
 
 
 def member_table(job: Any, gpus_per_node: Optional[int] = None) -> pd.DataFrame:
-    """One row per (instance, rank): aligned start/end, wait and duration."""
+    """One row per (instance, rank): aligned start/end, duration_ns = wait_ns (for the last member to arrive) +
+    member_transfer_ns (the rest; the instance's own transfer_ns is its shortest member duration)."""
     from analyzer.cross_rank.section import analyse
     return analyse(job, gpus_per_node).members

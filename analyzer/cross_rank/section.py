@@ -35,7 +35,8 @@ class CrossRank:
     hosts: Hosts
     alignment: al_mod.Alignment
     instances: pd.DataFrame   # one row per collective instance / send-recv pair (aligned ns)
-    #: the member table (one row per (instance, rank): aligned start/end, wait_ns, duration_ns) in partitions
+    #: the member table (one row per (instance, rank): aligned start/end, duration_ns = wait_ns (until the last
+    #: member arrived) + member_transfer_ns (the rest)) in partitions
     #: kept where they were built (member_parts.py); ``members`` joins them
     parts: MemberParts
     expected: dict
@@ -319,8 +320,8 @@ def _groups_section(job: Job, cr: CrossRank) -> list[dict]:
 
 
 def _facts_of_part(part: pd.DataFrame, _arg: Any) -> tuple:
-    """Run where a member partition is: each group's member ranks, each rank's wait (sum, count), the wait
-    inside steps."""
+    """Run where a member partition is: each group's member ranks, each rank's wait (sum, count) and transfer
+    (sum), the wait inside steps."""
     pg, rank, wait = part["process_group"].to_numpy(), part["rank"].to_numpy(), part["wait_ns"].to_numpy()
     code, names = pd.factorize(pg)
     span = int(rank.max()) + 1 if len(rank) else 1
@@ -329,33 +330,39 @@ def _facts_of_part(part: pd.DataFrame, _arg: Any) -> tuple:
     for c, r in zip((pairs // span).tolist(), (pairs % span).tolist()):
         groups.setdefault(names[c], []).append(r)
     ranks, inv = np.unique(rank, return_inverse=True)
-    total = np.zeros(len(ranks), np.int64)
+    total, transfer = np.zeros(len(ranks), np.int64), np.zeros(len(ranks), np.int64)
     np.add.at(total, inv, wait)
-    return groups, ranks, total, np.bincount(inv, minlength=len(ranks)), int(wait[part["step"].to_numpy() >= 0].sum())
+    if "member_transfer_ns" in part:
+        np.add.at(transfer, inv, part["member_transfer_ns"].to_numpy())
+    return (groups, ranks, total, np.bincount(inv, minlength=len(ranks)), int(wait[part["step"].to_numpy() >= 0].sum()),
+            transfer)
 
 
 def member_facts(cr: CrossRank) -> dict:
     """What the section needs of every member row, asked of the partitions once: ``ranks`` (group → its
-    member ranks, sorted), ``wait`` (ranks, total wait ns, rows; by rank), ``wait_in_steps`` (ns)."""
+    member ranks, sorted), ``wait`` (ranks, total wait ns, rows; by rank), ``transfer`` (total transfer ns, in
+    the order of ``wait``'s ranks), ``wait_in_steps`` (ns)."""
     if not hasattr(cr, "_facts"):
         groups: dict = {}
         per = []
         in_steps = 0
-        for g, ranks, total, count, inside in cr.parts.map(_facts_of_part):
+        for g, ranks, total, count, inside, transfer in cr.parts.map(_facts_of_part):
             for name, rs in g.items():
                 groups.setdefault(name, set()).update(rs)
-            per.append((ranks, total, count))
+            per.append((ranks, total, count, transfer))
             in_steps += inside
         if per:
             ranks = np.concatenate([p[0] for p in per])
             u, inv = np.unique(ranks, return_inverse=True)
-            total, count = np.zeros(len(u), np.int64), np.zeros(len(u), np.int64)
+            total, count, transfer = (np.zeros(len(u), np.int64), np.zeros(len(u), np.int64),
+                                      np.zeros(len(u), np.int64))
             np.add.at(total, inv, np.concatenate([p[1] for p in per]))
             np.add.at(count, inv, np.concatenate([p[2] for p in per]))
+            np.add.at(transfer, inv, np.concatenate([p[3] for p in per]))
         else:
-            u = total = count = np.empty(0, np.int64)
+            u = total = count = transfer = np.empty(0, np.int64)
         cr._facts = {"ranks": {k: sorted(v) for k, v in groups.items()}, "wait": (u, total, count),
-                     "wait_in_steps": in_steps}
+                     "transfer": transfer, "wait_in_steps": in_steps}
     return cr._facts
 
 
@@ -490,7 +497,15 @@ def cross_rank_section(job: Job, gpus_per_node: Optional[int] = None) -> dict:
             nbytes = int(g["bytes"].clip(lower=0).sum()) if (g["bytes"] >= 0).any() else None
             busbw = _nanmean(g["busbw_gbps"])
             size = int(g["group_size"].max()) if "group_size" in g else 0
+            in_steps = g["step"].to_numpy() >= 0
+            active = int(len(np.unique(g["step"].to_numpy()[in_steps])))
             by.append({"process_group": pg, "op": op, "role": role_of.get(pg), "count": int(len(g)),
+                       # steps holding at least one call, and the calls and transfer time per such step: with
+                       # gradient accumulation (no_sync) the reductions run in one step of several
+                       "active_steps": active,
+                       "calls_per_active_step": float(in_steps.sum()) / active if active else None,
+                       "transfer_us_per_active_step": float(g["transfer_ns"].to_numpy()[in_steps].sum()) / active / 1e3
+                       if active else None,
                        "bytes": nbytes,
                        "mean_bytes": float(g.loc[g["bytes"] >= 0, "bytes"].mean()) if (g["bytes"] >= 0).any()
                        else None,
@@ -501,16 +516,18 @@ def cross_rank_section(job: Job, gpus_per_node: Optional[int] = None) -> dict:
                        **_judge_busbw(link, str(op), size, nbytes, int(len(g)), busbw),
                        "crossed_hosts": bool(g["crossed_hosts"].any()) if cr.hosts.known else None})
         by.sort(key=lambda row: (group_order(row["process_group"]), str(row["op"])))
-        wait = member_facts(cr)["wait"]
+        facts = member_facts(cr)
         section["collectives"] = {
             "instances": int(len(inst)), "matched": int(inst["complete"].sum()),
             "unmatched": int(cr.unmatched_rows), "match_method": cr.match_method,
             "p2p_pairs": int((inst["kind"] == "p2p").sum()), "by_group_op": by,
-            "per_rank_wait": [{"rank": int(r), "total_wait_us": float(t) / 1e3, "mean_wait_us": float(t / c) / 1e3}
-                              for r, t, c in zip(*wait)]}
+            "per_rank_wait": [{"rank": int(r), "total_wait_us": float(t) / 1e3, "mean_wait_us": float(t / c) / 1e3,
+                               "total_transfer_us": float(x) / 1e3}
+                              for r, t, c, x in zip(*facts["wait"], facts["transfer"])]}
         nsteps = len([s for s in (job.step_metrics["step"].unique() if len(job.step_metrics) else []) if s >= 0])
         section["roles"] = role_metrics(job, mem, cr.alignment.offset_of,
-                                        {g["name"]: g["judged_role"] for g in groups}, max(1, nsteps))
+                                        {g["name"]: g["judged_role"] for g in groups}, max(1, nsteps),
+                                        waits=cr.alignment.status == "ok")
         section["stragglers"] = sg.analyse(job, inst, mem, cr.alignment.offset_of)
         section["pipeline"] = pl.analyse(job, inst, mem, cr.alignment.offset_of)
     else:

@@ -217,7 +217,9 @@ def _figures(report: dict, job: Any) -> str:
                         "One rank per pipeline stage; hatched red = bubble (no compute inside the stage's window)."))
     heat = [fg.heatmap(report, "step_time_us", "step time per rank and step: % vs the step's median rank",
                        relative=True),
-            fg.heatmap(report, "exposed_comm_us", "exposed communication per rank and step (ms)", "magma")]
+            fg.heatmap(report, "wait_us" if _has(report, "wait_us") else "exposed_comm_us",
+                       "wait inside collectives for the last member per rank and step (ms)"
+                       if _has(report, "wait_us") else "exposed communication per rank and step (ms)", "magma")]
     n_ranks = len((report.get("job") or {}).get("ranks") or [])
     every = f" All {n_ranks} ranks are drawn; evenly spaced ones are labelled." if n_ranks > fg.MAX_RANKS else ""
     if any(heat):
@@ -226,16 +228,19 @@ def _figures(report: dict, job: Any) -> str:
                         "Step time of each rank in each step, as % above (red) or below (blue) the step's median "
                         "rank (the numbers are ms). The colour range is at least ±10 %, so a clean job looks "
                         "flat. In a synchronous job every rank shares the step time (the others wait for a "
-                        "straggler), so a straggler shows below, as the rank with the least exposed comm." + every))
-        out.append(_img(heat[1], "exposed comm heatmap",
-                        "Exposed (not overlapped) communication, ms, colour from 0: the ranks that wait for a "
-                        "straggler show long exposed comm, the straggler itself the least (it waits for nobody)."
-                        + every))
+                        "straggler), so a straggler shows below, as the rank that waits least." + every))
+        out.append(_img(heat[1], "wait heatmap" if _has(report, "wait_us") else "exposed comm heatmap",
+                        ("Time inside collectives waiting for the last member to arrive (aligned clocks), ms, colour "
+                         "from 0: the ranks that wait for a straggler are bright, the straggler itself dark (it waits "
+                         "for nobody). Exposed communication is the transfer only (docs/metrics.md)."
+                         if _has(report, "wait_us") else
+                         "Exposed (not overlapped) communication, ms, colour from 0.") + every))
     bars = fg.share_bars(report)
     if bars:
         out.append("<h2>Overlap and communication share</h2>")
         out.append(_img(bars, "overlap coverage and comm share per rank",
-                        "Overlap coverage = share of comm time hidden under compute; comm / exposed comm share = "
+                        "Overlap coverage = share of the transfer (comm less the waits for late members) hidden "
+                        "under compute; comm / exposed comm share = "
                         "fraction of the step." + (" One line per share, every rank a point." if
                                                    n_ranks > fg.MAX_RANKS else "")))
     if job is not None and getattr(job, "traces", None):
@@ -254,6 +259,12 @@ def _figures(report: dict, job: Any) -> str:
     return "".join(out)
 
 
+def _has(report: dict, key: str) -> bool:
+    """Whether the per-step rows carry ``key`` (reports made before the wait/transfer split do not)."""
+    rows = (report.get("metrics") or {}).get("per_step") or []
+    return bool(rows) and key in rows[0]
+
+
 def _tables(report: dict) -> str:
     out = []
     rows = (report.get("metrics") or {}).get("per_rank") or []
@@ -261,12 +272,15 @@ def _tables(report: dict) -> str:
     strag = (cr.get("stragglers") or {})
     per = {r["rank"]: r for r in strag.get("per_rank") or []}
     if rows:
+        from analyzer.render.text import per_step_mean
         body = [[str(r["rank"]), ms(r.get("mean_step_time_us")), pct(r.get("comm_share")),
+                 ms(per_step_mean(r, "wait_us")), ms(per_step_mean(r, "transfer_us")),
                  pct(r.get("exposed_comm_share")), pct(r.get("overlap_coverage")), pct(r.get("idle_share")),
                  pct(per.get(r["rank"], {}).get("pct_last"))] for r in rows]
         hl = {i for i, r in enumerate(rows) if r["rank"] == strag.get("straggler")}
         out.append("<h2>Per rank</h2>" + _fold("per-rank table", _table(
-            ["rank", "mean step ms", "comm share %", "exposed comm %", "overlap %", "idle %", "last to arrive %"],
+            ["rank", "mean step ms", "comm share %", "wait ms/step", "transfer ms/step", "exposed comm %",
+             "overlap %", "idle %", "last to arrive %"],
             body, hl),
             len(body)))
     groups = cr.get("process_groups") or []

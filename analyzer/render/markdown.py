@@ -154,13 +154,15 @@ def _ranks(report: dict) -> list[str]:
     per = {r["rank"]: r for r in strag.get("per_rank") or []}
     if not rows:
         return []
+    from analyzer.render.text import per_step_mean
     body = [[str(r["rank"]) + (" ⚠ straggler" if r["rank"] == strag.get("straggler") else ""),
-             ms(r.get("mean_step_time_us")), pct(r.get("comm_share")), pct(r.get("exposed_comm_share")),
+             ms(r.get("mean_step_time_us")), pct(r.get("comm_share")), ms(per_step_mean(r, "wait_us")),
+             ms(per_step_mean(r, "transfer_us")), pct(r.get("exposed_comm_share")),
              pct(r.get("overlap_coverage")), pct(r.get("idle_share")), pct(per.get(r["rank"], {}).get("pct_last"))]
             for r in rows]
     return ["", "### Per-rank summary", ""] + md_table(
-        ["rank", "mean step ms", "comm share %", "exposed comm %", "overlap %", "idle %", "last to arrive %"], body,
-        "per rank")
+        ["rank", "mean step ms", "comm share %", "wait ms/step", "transfer ms/step", "exposed comm %", "overlap %",
+         "idle %", "last to arrive %"], body, "per rank")
 
 
 def _groups(report: dict) -> list[str]:

@@ -167,17 +167,24 @@ def _hang(report: dict, paint: _Painter) -> list[str]:
     return out
 
 
+def per_step_mean(row: dict, key: str):
+    """A per-rank sum (metrics.per_rank) as a mean per step; None when unknown."""
+    v, n = row.get(key), row.get("steps")
+    return v / n if isinstance(v, (int, float)) and isinstance(n, (int, float)) and n else None
+
+
 def _per_rank(report: dict) -> list[str]:
     rows = (report.get("metrics") or {}).get("per_rank") or []
     if not rows:
         return []
     strag = {r["rank"]: r for r in ((report.get("cross_rank") or {}).get("stragglers") or {}).get("per_rank") or []}
-    headers = ["rank", "steps", "step ms", "comm%", "exposed%", "overlap%", "idle%"]
+    headers = ["rank", "steps", "step ms", "comm%", "wait ms", "transfer ms", "exposed%", "overlap%", "idle%"]
     if strag:
         headers += ["last%", "wait imposed ms"]
     body = []
     for r in rows:
         cells = [str(r.get("rank")), num(r.get("steps")), ms(r.get("mean_step_time_us")), pct(r.get("comm_share")),
+                 ms(per_step_mean(r, "wait_us")), ms(per_step_mean(r, "transfer_us")),
                  pct(r.get("exposed_comm_share")), pct(r.get("overlap_coverage")), pct(r.get("idle_share"))]
         if strag:
             s = strag.get(r.get("rank"), {})

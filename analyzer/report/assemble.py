@@ -24,11 +24,25 @@ def run_analysis(job: Job, options: Optional[Options] = None) -> dict:
     from analyzer.report.nccl_section import nccl_section
     from rules.engine import run_rules
 
+    from analyzer.report import coverage as cov
     options = options or Options()
     notes = getattr(job.engine, "notes", None)
     notes = [] if notes is None else notes  # the engine's own list: what it notes during this run is read below
     n_notes = len(notes)
+    # ranks with fewer steps than their peers: compare the ranks on the steps they all have (before anything,
+    # the cross-rank stage included, reads the step metrics)
+    steps = cov.step_coverage(job.step_metrics, job.ranks)
+    if steps is not None and "step_coverage" not in job.cache:
+        job.cache["step_coverage"] = steps
+        job.step_metrics = cov.common_only(job.step_metrics, steps)
+    steps = job.cache.get("step_coverage")
+    split_note = split_waits(job, options)
     report = build_report(job)
+    if steps is not None:
+        report["job"]["step_coverage"] = clean(steps)
+        report["warnings"].append(cov.note(steps))
+    if split_note:
+        report["warnings"].append(split_note)
     report["cross_rank"] = _section(report, "cross-rank", lambda: cross_rank_section(job, options.gpus_per_node))
     report["hang"] = _section(report, "hang", lambda: hang_section(job),
                               {"status": "error", "diagnoses": [], "groups": []})
@@ -42,6 +56,26 @@ def run_analysis(job: Job, options: Optional[Options] = None) -> dict:
         report["nothing_analysed"] = nothing_analysed_reason(job)
     report["verdict"] = verdict(report["findings"], report.get("nothing_analysed"))
     return report
+
+
+def split_waits(job: Job, options: Options) -> Optional[str]:
+    """Give the job's step metrics their wait / transfer split (analyzer/report/waits.py) before the report is
+    built from them, so that every figure made of exposed communication is that of the transfer. A failure
+    leaves the whole span as transfer and comes back as a report warning."""
+    from analyzer.report.waits import apply_split, split_frame
+    sm = job.step_metrics
+    if sm is None or not len(sm) or "wait_ns" in sm:
+        return None
+    split, note = None, None
+    if len(job.traces) > 1:
+        try:
+            from analyzer.cross_rank.section import analyse
+            split = split_frame(job, analyse(job, options.gpus_per_node))
+        except Exception as exc:  # noqa: BLE001 - the cross-rank section reports its own failure
+            note = (f"the wait/transfer split failed ({type(exc).__name__}: {exc}); communication time is "
+                    "counted whole as transfer")
+    job.step_metrics = apply_split(sm, split)
+    return note
 
 
 def _section(report: dict, name: str, build, empty: Optional[dict] = None) -> dict:

@@ -66,8 +66,9 @@ def steps_frame(job: Job, report: dict) -> pd.DataFrame:
 
 
 def collectives_frame(job: Job, report: dict) -> pd.DataFrame:
-    """One row per collective instance and member rank: group, seq, op, bytes, aligned start/end, wait, the
-    member's own duration, the instance's transfer time and bus bandwidth (what the report aggregates)."""
+    """One row per collective instance and member rank: group, seq, op, bytes, aligned start/end, the member's
+    own duration split into its wait (for the last member to arrive) and its transfer (the rest), the
+    instance's transfer time and bus bandwidth (what the report aggregates)."""
     if not job.traces:
         return pd.DataFrame()
     cr = _cross_rank(job, report)
@@ -84,7 +85,8 @@ def collectives_frame(job: Job, report: dict) -> pd.DataFrame:
         out[c + "_us"] = out.pop(c).astype(float) / 1000.0
     cols = ["instance", "process_group", "seq", "kind", "op", "rank", "stream", "step", "src", "dst", "dtype", "nelems",
             "bytes",
-            "start_us", "end_us", "wait_us", "member_duration_us", "transfer_us", "busbw_gbps", "algbw_gbps",
+            "start_us", "end_us", "wait_us", "member_transfer_us", "member_duration_us", "transfer_us", "busbw_gbps",
+            "algbw_gbps",
             "n_members", "group_size", "complete", "last_rank", "arrival_skew_us"]
     out = _us(out)
     for c, v in exact.items():  # epoch-scale µs floats keep ~0.25 µs; the integer ns are exact
