@@ -44,7 +44,8 @@ def gpu8_reports(tmp_path_factory):
 def test_every_format_names_the_job_its_date_versions_hardware_and_the_analysis(gpu8_reports):
     about = json.loads(gpu8_reports["json"])["about"]
     assert about["inputs"] == [str(GPU8)]
-    assert about["job"] == {"label": "tp_dp_clean", "backend": "nccl", "world_size": 8, "ranks_traced": 8,
+    assert about["job"] == {"label": "tp_dp_clean", "backend": "nccl", "world_size": 8,
+                            "world_size_source": "the profiler traces' distributedInfo", "ranks_traced": 8,
                             "hosts": 2, "host_names": ["trn-node-00", "trn-node-01"], "nccl_processes": 8,
                             "collected_at": "2024-11-29T07:59:59Z",
                             "collected_from": "the profiler traces' wall-clock timestamps"}
@@ -78,7 +79,9 @@ def test_what_the_inputs_do_not_tell_is_left_out(cpu4_json):
     p = _cli([str(FR), "--format", "json"], {"SOURCE_DATE_EPOCH": EPOCH})
     about = json.loads(p.stdout)["about"]
     assert about["software"] == {"flight_recorder": "2.10"} and about["job"]["flight_recorder_dumps"] == 3
-    assert "collected_at" not in about["job"] and "hardware" not in about and "world_size" not in about["job"]
+    assert "collected_at" not in about["job"] and "hardware" not in about
+    # no trace states the world size: it is inferred (the dumps' pg_config), and the report says from what
+    assert about["job"]["world_size"] == 4 and "pg_config" in about["job"]["world_size_source"]
 
 
 def test_the_analysis_time_is_now_unless_source_date_epoch_says_otherwise():

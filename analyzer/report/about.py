@@ -110,6 +110,8 @@ def about_section(job: Any, paths: list[str], label: Optional[str] = None,
         job_info["backend"] = backend
     if job.world_size:
         job_info["world_size"] = int(job.world_size)
+        if getattr(job, "world_size_source", ""):
+            job_info["world_size_source"] = str(job.world_size_source)
     if traces:
         job_info["ranks_traced"] = len(traces)
     if hosts:
