@@ -32,6 +32,7 @@ def test_the_doc_has_examples():
     assert sum(len(_expected(b)) for b in BLOCKS) >= 5
 
 
+@pytest.mark.slow
 def test_every_block_runs_and_prints_what_it_says(monkeypatch):
     monkeypatch.chdir(ROOT)
     ns: dict = {}

@@ -17,6 +17,8 @@ import pytest
 from analyzer.load.job import load_job
 from analyzer.report.assemble import run_analysis
 
+pytestmark = pytest.mark.slow  # loads real or 64+ rank folders: outside the everyday loop
+
 ROOT = Path(__file__).resolve().parents[1]
 BED = ROOT / "fixtures/real-cpu-perf"
 

@@ -78,6 +78,7 @@ def _json(path: Path) -> dict:
     return json.loads(path.read_text())
 
 
+@pytest.mark.slow
 def test_cli_slow_link_against_clean_fails_and_against_itself_passes(tmp_path):
     clean, slow = SIM / "ddp_clean", SIM / "ddp_slow_link"
     out = tmp_path / "r.json"
@@ -96,6 +97,7 @@ def test_cli_slow_link_against_clean_fails_and_against_itself_passes(tmp_path):
     assert not any(f["id"].startswith("BASE") for f in r["findings"])
 
 
+@pytest.mark.slow
 def test_cli_baseline_from_saved_json_and_missing_baseline(tmp_path):
     clean = SIM / "ddp_clean"
     saved = tmp_path / "base.json"

@@ -38,6 +38,7 @@ def _own_findings(rep):
 @pytest.mark.parametrize("base,fail_on,expected", [
     ("error", "error", 1), ("error", "warning", 1), ("error", "never", 0),
     ("warning", "error", None), ("warning", "warning", 1), ("warning", "never", 0)])
+@pytest.mark.slow
 def test_exit_code_per_fail_on(baselines, tmp_path, base, fail_on, expected):
     d, rep = baselines
     if expected is None:  # a warning alone fails only if the job's own findings include an error
@@ -50,11 +51,13 @@ def test_exit_code_per_fail_on(baselines, tmp_path, base, fail_on, expected):
     assert any(f["id"] == ("BASE001" if base == "error" else "BASE002") for f in got["findings"])
 
 
+@pytest.mark.slow
 def test_default_fail_on_is_error(baselines, tmp_path):
     d, _ = baselines
     assert main([str(CLEAN), "--baseline", str(d / "error.json"), "-q", "-o", str(tmp_path / "t")]) == 1
 
 
+@pytest.mark.slow
 def test_usage_errors_exit_2(tmp_path, capsys):
     assert main([]) == 2
     with pytest.raises(SystemExit) as exc:
@@ -71,6 +74,7 @@ def test_no_readable_input_exits_2(tmp_path):
     assert main([str(tmp_path), "-q", "-o", str(tmp_path / "r.txt")]) == 2
 
 
+@pytest.mark.slow
 def test_every_format_at_once(tmp_path):
     outs = {fmt: tmp_path / f"r.{fmt}" for fmt in ("text", "json", "markdown", "html", "junit", "sarif", "github")}
     args = [str(CLEAN), "-q", "--jobs", "1", "-o", str(tmp_path / "stdout.txt")]

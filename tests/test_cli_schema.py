@@ -15,6 +15,7 @@ FIXTURES = ["fixtures/corpus/param-dlrm_kineto", "fixtures/real-cpu/pp-1f1b", "f
             "fixtures/sim/tp_pp_dp_1f1b_straggler", "fixtures/sim/hang_mismatched_size"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fixture", FIXTURES)
 def test_json_output_validates(fixture, tmp_path):
     out = tmp_path / "r.json"

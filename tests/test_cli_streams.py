@@ -26,6 +26,7 @@ def _run(args, capsys):
 @pytest.mark.parametrize("args,kind", [(["--html", "-"], "html"), (["--json", "-"], "json"),
                                        (["--format", "json", "-o", "-", "--json", "-"], "json"),
                                        (["--markdown", "-", "--html", "h.html"], "markdown")])
+@pytest.mark.slow
 def test_exactly_one_document_on_stdout(args, kind, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     code, out, _ = _run([CLEAN, "-q", "--jobs", "1", *args], capsys)
@@ -44,6 +45,7 @@ def test_two_documents_for_stdout_are_a_usage_error(capsys):
     assert code == 2 and out == "" and "would both go to stdout" in err
 
 
+@pytest.mark.slow
 def test_a_closed_pipe_ends_quietly():
     cmd = [sys.executable, "-m", "analyzer", CLEAN, "-q", "--jobs", "1", "--format", "json"]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -97,6 +99,7 @@ def test_a_good_run_is_marked_analysed_and_sarif_successful(tmp_path, capsys):
     assert sarif["runs"][0]["invocations"] == [{"executionSuccessful": True}]
 
 
+@pytest.mark.slow
 def test_skipped_files_are_summarised_by_reason_and_listed_with_v(tmp_path, capsys):
     import shutil
     d = tmp_path / "run"

@@ -70,6 +70,7 @@ def test_ddp_clean_names_no_straggler():
     assert len(cr.instances) == 8 and cr.instances["complete"].all()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["pp-gpipe", "pp-1f1b"])
 def test_pipeline_p_m_schedule(name):
     _, _, sec = _run(CPU / name)
@@ -97,6 +98,7 @@ def test_gloo_sends_pair_with_recvs_in_order():
     assert p2p.groupby(["src", "dst"]).size().eq(24).all()
 
 
+@pytest.mark.slow
 def test_inter_node_link_class_comes_from_the_nccl_logs():
     """NCCL logs that select the Socket network make inter-node groups 'socket'; without logs IB is assumed."""
     from analyzer.report.assemble import run_analysis

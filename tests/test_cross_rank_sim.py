@@ -13,6 +13,8 @@ from analyzer.cross_rank.section import analyse, cross_rank_section
 from analyzer.load.job import load_job
 from tests.pipeline_truth import bubbles
 
+pytestmark = pytest.mark.slow  # loads real or 64+ rank folders: outside the everyday loop
+
 SIM = Path(__file__).resolve().parent.parent / "fixtures" / "sim"
 SCENARIOS = sorted(p.name for p in SIM.glob("*/expected.json") for p in [p.parent]
                    if list(p.glob("rank*.pt.trace.json*")))

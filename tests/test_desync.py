@@ -78,6 +78,7 @@ def test_extra_and_reordered_collectives():
 
 @pytest.mark.parametrize("path", ["fixtures/real-cpu-perf/fsdp4-clean-medium", "fixtures/sim/ddp_clean",
                                   "fixtures/sim/tp_dp_clean", "fixtures/real-cpu-perf/ddp8-clean-small"])
+@pytest.mark.slow
 def test_any_removed_collective_is_found(path):
     """Remove each collective of one rank in turn from a real (or simulated) job: it is found at its position (the
     real gloo runs were profiled with record_shapes, so their buckets' sizes tell simultaneous ones apart; without

@@ -1,3 +1,4 @@
+import pytest
 """The installed command on bundled data: the README's demo, JSON output, python -m analyzer."""
 import subprocess
 import sys
@@ -41,6 +42,7 @@ def test_no_readable_input_exits_2(tmp_path, capsys):
     assert "nothing was analysed" in cap.err and cap.out == ""  # no report when none was asked for
 
 
+@pytest.mark.slow
 def test_dash_means_stdout(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     main([str(ROOT / "fixtures/sim/ddp_slow_link"), "--format", "github", "-o", "-", "-q"])
@@ -49,6 +51,7 @@ def test_dash_means_stdout(tmp_path, capsys, monkeypatch):
     assert not (tmp_path / "-").exists()
 
 
+@pytest.mark.slow
 def test_baseline_rules_are_registered_and_ignorable(capsys):
     from rules.registry import load_all
     assert {"BASE001", "BASE002", "BASE003"} <= set(load_all())

@@ -85,6 +85,7 @@ def test_truncated_bomb_is_refused_on_the_salvage_path(tmp_path: Path) -> None:
         load_dump(p)
 
 
+@pytest.mark.slow
 def test_large_but_legal_sizes_are_not_serialised(tmp_path: Path) -> None:
     """input_sizes with 10**6 leaves (under the bomb bound) give numel but no megabyte of JSON text, with a warning."""
     sizes = [[1, 1]] * 500_000  # 500k shared shapes: fine for the unpickler, too much text to keep per row

@@ -54,6 +54,7 @@ def _status(per_rank: dict) -> dict:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(DUMP_CASES))
 @pytest.mark.parametrize("fmt", ["pickle", "json"])
 def test_dumps_alone_name_group_seq_culprit(tmp_path: Path, case: str, fmt: str) -> None:

@@ -15,6 +15,8 @@ import pytest
 
 from tests import hang_user_path
 
+pytestmark = pytest.mark.slow  # loads real or 64+ rank folders: outside the everyday loop
+
 BED = Path(__file__).resolve().parent.parent / "fixtures" / "real-cpu-failures-2"
 CASES = sorted(p.parent for p in BED.glob("*/expected.json"))
 

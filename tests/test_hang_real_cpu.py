@@ -17,6 +17,7 @@ def _run(case: str):
     return u.exp["faults"][0], u
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", CASES)
 def test_real_hang_culprit(case: str) -> None:
     """The first diagnosis names the planted (kind, group, seq, rank) of each real run."""
@@ -47,6 +48,7 @@ def test_real_crashed_rank_points_at_its_stderr() -> None:
     assert any("Received data size doesn't match expected size" in e[2] for e in tails)
 
 
+@pytest.mark.slow
 def test_real_missing_rank_table() -> None:
     """Per-rank progress: ranks 0-2 enqueued seq 6, rank 3 stopped at 5."""
     _, rep = _run("missing_rank")

@@ -16,6 +16,8 @@ import pytest
 
 from tests import hang_user_path
 
+pytestmark = pytest.mark.slow  # loads real or 64+ rank folders: outside the everyday loop
+
 ROOT = Path(__file__).resolve().parent.parent / "fixtures"
 CASES = sorted(p.parent for p in (ROOT / "real-cpu-failures").glob("*/expected.json")) + \
     sorted(p.parent for p in (ROOT / "corpus" / "nvrx-fr-moe16").glob("*/expected.json"))

@@ -12,6 +12,8 @@ from parsers.flight_recorder import load_dump
 from parsers.torch_stderr import parse_stderr
 from parsers.nccl_log import parse_nccl_log
 
+pytestmark = pytest.mark.slow  # loads real or 64+ rank folders: outside the everyday loop
+
 SIM = Path(__file__).resolve().parent.parent / "fixtures" / "sim"
 HANGS = sorted(p.name for p in SIM.glob("hang_*") if (p / "expected.json").exists())
 

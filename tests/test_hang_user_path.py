@@ -30,6 +30,7 @@ def _id(p: Path) -> str:
     return f"{p.parent.name}/{p.name}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", CASES, ids=_id)
 def test_a_failure_is_never_ok(case: Path) -> None:
     u = up.analysed(case)
@@ -37,6 +38,7 @@ def test_a_failure_is_never_ok(case: Path) -> None:
         assert not u.verdict.startswith("OK"), (u.verdict, [d.kind for d in u.diagnoses])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", CASES, ids=_id)
 def test_first_finding_is_the_culprit_or_an_honest_tie(case: Path) -> None:
     got = up.score(case)
@@ -47,11 +49,13 @@ def test_first_finding_is_the_culprit_or_an_honest_tie(case: Path) -> None:
         assert top.confidence < 0.5 and top.cause
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", CASES, ids=_id)
 def test_no_healthy_rank_is_blamed(case: Path) -> None:
     assert not up.blames_healthy(up.analysed(case))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", CASES, ids=_id)
 def test_the_world_size_is_inferred_and_its_source_said(case: Path) -> None:
     job = up.analysed(case).report["job"]
@@ -62,6 +66,7 @@ def test_the_world_size_is_inferred_and_its_source_said(case: Path) -> None:
     assert job["world_size_source"]
 
 
+@pytest.mark.slow
 def test_the_two_folders_the_issue_names() -> None:
     """json_dumps_missing_rank read OK (rank 4, no dump, dropped out of the world); the MoE case blamed the
     healthy receivers 3 and 5 at 0.9. pg_config's world entry and the `[default5]:` prefix show the size."""
@@ -120,6 +125,7 @@ def test_world_size_rules() -> None:
     assert infer_world_size(3, stderr_logs=[Log()]).size == 3  # the user's word is final
 
 
+@pytest.mark.slow
 def test_the_doc_table_is_the_generated_one() -> None:
     """docs/hang-analysis.md's table of the real failures is what the CLI path gives today (held-out cases
     included: they were analysed once the code was frozen)."""
@@ -136,6 +142,7 @@ def _ranks_in(text: str) -> set[int]:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", CASES, ids=_id)
 def test_evidence_states_no_more_than_the_inputs(case: Path) -> None:
     """Each finding's 'ranks … wait in process group G' lists only members of G (the true groups of the run), and

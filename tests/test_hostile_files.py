@@ -222,6 +222,7 @@ def _slow_scan(data: bytes, open_at: int):
     return last, close
 
 
+@pytest.mark.slow
 def test_scan_array_in_tiny_pieces_matches_a_byte_by_byte_scan(monkeypatch):
     import random
     import parsers.trace_bytes as tb
@@ -344,7 +345,11 @@ def test_each_hostile_class_through_the_command_in_2gb_and_20s(name, tmp_path):
         assert not [f for f in doc["inputs"]["files"] if f["status"] == "salvaged"]
     if name == "huge_number_in_log":
         assert [f["id"] for f in doc["findings"]][:1] == ["HANG001"]
-        assert doc["findings"][0]["subject"]["ranks"] == [0]
+        # the same reading as the unmodified folder: a tie of the 2-rank group below 0.5, the aborted rank 0 the
+        # receiver, with the huge size quoted as it was printed (bounded, not lost)
+        top = doc["findings"][0]
+        assert top["subject"]["ranks"] == [0, 1] and top["confidence"] < 0.5
+        assert "18446744073709551616" in " ".join(e["text"] for e in top["evidence"])
     if name == "zero_duration_pipeline_rank":
         assert sorted(r["rank"] for r in doc["ranks"]) == [0, 1, 2, 3]
     if name == "non_finite_trace":

@@ -11,6 +11,8 @@ from analyzer.rank.hta_compat import hta_overlap_pct
 from parsers.kineto import load_trace
 from tests.conftest import CORPUS
 
+pytestmark = pytest.mark.slow  # loads real or 64+ rank folders: outside the everyday loop
+
 HTA_OVERLAP_PCT = {
     "hta-single_rank/nccl_parser_config/nccl_data.json.gz": 14.31,
     "hta-trace_filter/sampled_rank-0.json.gz": 11.81,

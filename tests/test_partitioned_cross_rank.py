@@ -15,6 +15,8 @@ from analyzer.cross_rank import section as sec
 from analyzer.cross_rank.desync import EXTRA_SEQ, _all_agree
 from analyzer.load.job import load_job
 
+pytestmark = pytest.mark.slow  # loads real or 64+ rank folders: outside the everyday loop
+
 ROOT = Path(__file__).resolve().parent.parent
 SIM = ROOT / "fixtures" / "sim"
 SCENARIOS = sorted(p.parent.name for p in SIM.glob("*/expected.json") if list(p.parent.glob("rank*.pt.trace.json*")))

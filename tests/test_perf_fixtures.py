@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # loads real or 64+ rank folders: outside the everyday loop
+
 BED = Path(__file__).resolve().parent.parent / "fixtures" / "real-cpu-perf"
 RUNS = sorted(p.parent.name for p in BED.glob("*/facts.json"))
 EXPECTED = {

@@ -19,6 +19,8 @@ from benchmarks import reference_kineto as ref
 from parsers.errors import InputError
 from tests.kineto_builder import kernel, nccl, runtime, step, trace, write
 
+pytestmark = pytest.mark.slow  # loads real or 64+ rank folders: outside the everyday loop
+
 ROOT = Path(__file__).resolve().parent.parent
 # real-cpu-perf-2 holds 96 traces of one producer (torch 2.13's CPU profiler) that real-cpu-perf already covers:
 # one of its runs is sliced here, the rest would add ~15 s of CI and no new token shapes.

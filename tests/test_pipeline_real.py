@@ -15,6 +15,8 @@ from analyzer.load.job import load_job
 from analyzer.report.assemble import run_analysis
 from tests.pipeline_truth import bubbles
 
+pytestmark = pytest.mark.slow  # loads real or 64+ rank folders: outside the everyday loop
+
 FIX = Path(__file__).resolve().parent.parent / "fixtures"
 RUNS = sorted(p.parent for d in ("real-cpu-perf", "real-cpu-pipes") for p in (FIX / d).glob("*pp*/facts.json"))
 OLD = [FIX / "real-cpu" / "pp-gpipe", FIX / "real-cpu" / "pp-1f1b"]

@@ -13,6 +13,8 @@ from analyzer.report.assemble import Options, run_analysis
 from analyzer.load.job import load_job
 from analyzer.render.html import render_html
 
+pytestmark = pytest.mark.slow  # loads real or 64+ rank folders: outside the everyday loop
+
 ROOT = Path(__file__).resolve().parents[1]
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 BROWSER = next((b for b in map(shutil.which, BROWSERS) if b), None)

@@ -19,6 +19,7 @@ def dlrm():
     return analyzer.load(ROOT / "fixtures/corpus/param-dlrm_kineto")
 
 
+@pytest.mark.slow
 def test_the_root_cause_explains_the_straggler_and_every_format_says_so(dlrm):
     top = dlrm.findings[0]
     assert top["id"] == "LOAD003"
@@ -64,6 +65,7 @@ def test_collectives_table_prints_size_and_time_per_call(dlrm):
                                                    * 2 * (n - 1) / n, rel=0.05)
 
 
+@pytest.mark.slow
 def test_no_role_sizes_of_one_and_no_python_lists_in_evidence():
     r = {"cross_rank": {"process_groups": [{"role": "tp", "size": 1}, {"role": "dp", "size": 8}]}}
     assert _shape(r) == "dp=8"
@@ -91,6 +93,7 @@ def test_worst_step_is_the_longest_mean_step_not_the_widest_spread():
     assert pick_steps({"metrics": {"per_step": rows}})[1] == 2
 
 
+@pytest.mark.slow
 def test_timeline_caption_matches_the_drawing(dlrm):
     html = render_html(dlrm.report, dlrm.job)
     assert "compute and memcpy (upper half of each row), communication (lower half)" in html

@@ -16,6 +16,8 @@ import analyzer
 from analyzer.load.engine import LocalEngine
 from tests.fixture_jobs import QUICK_JOBS, ROOT, fixture_jobs, report_json
 
+pytestmark = pytest.mark.slow  # loads real or 64+ rank folders: outside the everyday loop
+
 FULL = bool(os.environ.get("ANALYZE_FULL_IDENTITY"))
 JOBS = fixture_jobs() if FULL else QUICK_JOBS
 

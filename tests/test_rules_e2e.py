@@ -12,6 +12,8 @@ import pytest
 from analyzer.report.assemble import run_analysis
 from analyzer.load.job import load_job
 
+pytestmark = pytest.mark.slow  # loads real or 64+ rank folders: outside the everyday loop
+
 ROOT = Path(__file__).resolve().parents[1]
 SIM = ROOT / "fixtures/sim"
 HANG_KINDS = {"mismatched_op": "HANG001", "mismatched_size": "HANG001", "mismatched_dtype": "HANG001",

@@ -21,6 +21,7 @@ PARSERS = {"trace": load_trace, "log": parse_nccl_log, "stderr": parse_stderr, "
            "fr_json": load_dump}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", sorted(PARSERS))
 def test_parser_never_raises_anything_but_input_error(kind, tmp_path, fuzz_size, fuzz_seed):
     seeds = [mu.read_fixture(s) for s in mu.SEEDS[kind]]

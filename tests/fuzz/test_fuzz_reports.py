@@ -40,6 +40,7 @@ def _folder(tmp_path, rng, kind, i):
 _FIGURES = ("timeline", "pipeline", "heatmap", "share_bars", "wait_matrix", "bandwidth")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["trace", "log", "stderr", "fr_pickle", "fr_json"])
 def test_every_format_parses_and_steers_nothing(kind, tmp_path, fuzz_size, fuzz_seed, monkeypatch):
     import analyzer.render.figures as fg
@@ -68,6 +69,7 @@ def test_every_format_parses_and_steers_nothing(kind, tmp_path, fuzz_size, fuzz_
         shutil.rmtree(d)
 
 
+@pytest.mark.slow
 def test_the_command_on_hostile_folders_never_exits_as_a_crash(tmp_path, fuzz_seed, capsys):
     """The CLI path (all outputs at once, exit code, stderr): a crash would be exit 3."""
     rng = random.Random(f"{fuzz_seed}-cli")
