@@ -335,6 +335,7 @@ def _cli_case(name: str, tmp_path, seed: int = 0) -> dict:
     return orjson.loads(docs["json"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(hc.CLASSES))
 def test_each_hostile_class_through_the_command_in_2gb_and_20s(name, tmp_path):
     doc = _cli_case(name, tmp_path)

@@ -37,6 +37,7 @@ def test_two_runs_in_sub_folders_are_two_jobs_and_the_bigger_is_analysed(tmp_pat
     assert all("/run2/" in t.path for t in job.traces.values())
 
 
+@pytest.mark.slow
 def test_job_option_picks_a_job_and_a_wrong_one_is_a_usage_error(tmp_path, capsys):
     _job(tmp_path / "a", 2, base_ns=EPOCH)
     _job(tmp_path / "b", 2, base_ns=EPOCH + 7200 * 10**9)
@@ -98,6 +99,7 @@ def test_the_text_report_says_which_job(tmp_path, capsys):
     assert "INPUT005" in out
 
 
+@pytest.mark.slow
 def test_copies_of_a_real_run_in_sibling_folders_are_two_jobs(tmp_path, capsys):
     """runs/run1 and runs/run2 hold byte-identical copies of one real run: the folders are the user's job
     boundary, so they are two jobs (not one with duplicate ranks) and --job run2 analyses the second."""

@@ -34,6 +34,7 @@ def test_modern_args_nccl_data():
     assert t.activity.start.min() > 1_700_000_000 * 10**9
 
 
+@pytest.mark.slow
 def test_ncclworkelem_signature_era():
     t = load_trace(CORPUS / "hta-single_rank/df_index_resolver/df_index_resolver.json.gz")
     assert (t.collectives.op == "allreduce").sum() == 2020

@@ -122,6 +122,7 @@ def test_text_colour_only_when_asked():
     assert "\033[1;31mERROR\033[0m" in coloured and "\033[1;31mFAIL" in coloured
 
 
+@pytest.mark.slow
 def test_html_escapes_every_input_string_and_is_self_contained():
     r = load_input()
     r["findings"][0]["title"] = "<script>alert(1)</script>"

@@ -51,6 +51,7 @@ def test_headline_idle_and_the_findings_idle_are_one_number(dlrm):
     assert f"idle {100 * share:.1f}%" in step_line
 
 
+@pytest.mark.slow
 def test_collectives_table_prints_size_and_time_per_call(dlrm):
     a = analyzer.load(ROOT / "fixtures/sim/ddp_clean")
     row = a.report["cross_rank"]["collectives"]["by_group_op"][0]

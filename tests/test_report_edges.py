@@ -41,6 +41,7 @@ def gpu8_reports(tmp_path_factory):
     return {k: (out / f"r.{k}").read_text() for k in ("json", "md", "html", "txt")}
 
 
+@pytest.mark.slow
 def test_every_format_names_the_job_its_date_versions_hardware_and_the_analysis(gpu8_reports):
     about = json.loads(gpu8_reports["json"])["about"]
     assert about["inputs"] == [str(GPU8)]
@@ -68,10 +69,12 @@ def cpu4_json():
     return p.stdout
 
 
+@pytest.mark.slow
 def test_source_date_epoch_makes_the_report_reproducible(cpu4_json):
     assert _cli([str(CPU4), "--format", "json"], {"SOURCE_DATE_EPOCH": EPOCH}).stdout == cpu4_json
 
 
+@pytest.mark.slow
 def test_what_the_inputs_do_not_tell_is_left_out(cpu4_json):
     about = json.loads(cpu4_json)["about"]
     assert "software" not in about and about["hardware"] == {"device_type": "cpu"}  # no GPU, no NCCL in a gloo run
@@ -136,6 +139,7 @@ def _fresh(code: str) -> str:
     return p.stdout
 
 
+@pytest.mark.slow
 def test_an_analysis_shows_a_few_lines_in_a_repl_and_a_notebook():
     out = json.loads(_fresh(
         "import json, analyzer\n"
@@ -167,6 +171,7 @@ def _sarif_uris(log: dict) -> list[dict]:
         loc["physicalLocation"]["artifactLocation"] for r in run["results"] for loc in r.get("locations", [])]
 
 
+@pytest.mark.slow
 def test_sarif_and_github_paths_are_relative_to_the_repository_for_an_absolute_input(tmp_path):
     sarif = tmp_path / "r.sarif"
     p = _cli([str(CPU4.resolve()), "--sarif", str(sarif), "--format", "github"])

@@ -138,6 +138,7 @@ def test_baseline_of_another_shape_is_refused_with_the_differences():
     assert "BASE004" in ids and "BASE001" not in ids
 
 
+@pytest.mark.slow
 def test_baseline_diff_names_what_grew():
     """The same 8-rank sim job with one host's link slowed: the all-reduce kernel is what grew."""
     cur, base = report("fixtures/sim/ddp_slow_link"), report("fixtures/sim/ddp_clean")

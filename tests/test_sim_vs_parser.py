@@ -16,6 +16,7 @@ INT_COLS = ["start_ns", "end_ns", "step_time_ns", "compute_ns", "comm_ns", "expo
 RATIOS = ["overlap_coverage", "comm_share", "exposed_comm_share"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", TRACED)
 def test_parser_metrics_equal_truth(name):
     e = json.loads((SIM / name / "expected.json").read_text())

@@ -110,6 +110,7 @@ def test_trace_kernels_end_together_after_removing_offsets(name):
 HANGS = [n for n in SCENARIOS if n.startswith("hang_")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", HANGS)
 def test_hang_leaves_every_other_member_waiting_at_the_same_seq(name):
     e = exp(name)
@@ -177,6 +178,7 @@ def test_fr_pickle_and_json_hold_the_same_dump():
 
 @pytest.mark.parametrize("name", ["ddp_clean", "hang_skipped_collective", "tp_pp_dp_1f1b_straggler",
                                   "ddp_clean_old_format", "hang_mismatched_dtype"])
+@pytest.mark.slow
 def test_deterministic_same_seed_same_bytes(name, tmp_path):
     run_scenario(SIM / name / "scenario.json", tmp_path / "a")
     run_scenario(SIM / name / "scenario.json", tmp_path / "b")

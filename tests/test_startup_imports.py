@@ -1,6 +1,8 @@
 """A run that needs no figure and no cluster imports neither: the fixed cost of a small CI job (benchmarks/startup.py)."""
 from __future__ import annotations
 
+import pytest
+
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +19,7 @@ print(code, ",".join(heavy) or "-")
 """
 
 
+@pytest.mark.slow
 def test_json_on_a_hang_folder_imports_no_matplotlib_and_no_dask(tmp_path):
     r = subprocess.run([sys.executable, "-c", _PROBE, str(HANG), str(tmp_path / "r.json")], cwd=ROOT,
                        capture_output=True, text=True, timeout=120)

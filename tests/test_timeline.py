@@ -41,6 +41,7 @@ def _enclosing(by, e):
     return hits
 
 
+@pytest.mark.slow
 def test_every_event_follows_the_chrome_trace_format(doc):
     assert set(doc) == {"traceEvents", "displayTimeUnit", "otherData"}
     assert doc["displayTimeUnit"] in ("ms", "ns")
@@ -151,6 +152,7 @@ def test_size_is_bounded_and_the_file_says_what_was_left_out(straggler):
     assert len(tiny["traceEvents"]) <= 600
 
 
+@pytest.mark.slow
 def test_cli_writes_a_gzipped_timeline(tmp_path, capsys):
     out = tmp_path / "merged.json.gz"
     code = main([str(ROOT / "fixtures/corpus/param-dlrm_kineto"), "-q", "--jobs", "1", "--timeline", str(out),
@@ -161,6 +163,7 @@ def test_cli_writes_a_gzipped_timeline(tmp_path, capsys):
     assert {e["pid"] for e in doc["traceEvents"] if e["ph"] == "M"} == set(range(8))
 
 
+@pytest.mark.slow
 def test_timeline_to_stdout_is_the_only_document_there(capsys):
     code = main([str(ROOT / "fixtures/sim/ddp_clean"), "-q", "--jobs", "1", "--timeline", "-"])
     out = capsys.readouterr().out

@@ -49,6 +49,7 @@ def test_damaged(name, expected):
     assert kind(STD / "damaged" / name) == expected
 
 
+@pytest.mark.slow
 def test_traces_logs_and_dumps_are_not_claimed():
     found, _ = discover([FIX])
     by_kind = {}
