@@ -214,7 +214,7 @@ def _moved_site(job: Any, st: pd.DataFrame, parts: Any, rank: int, cand_sites: n
     lo = np.array([starts.get((int(r), int(t)), -1) for r, t in zip(mem["rank"], mem["step"])], dtype=np.int64)
     shift = np.array([offset_of.get(int(r), 0) for r in mem["rank"]], dtype=np.int64)
     hi = mem["start"].to_numpy(np.int64) - shift  # the rank's own clock
-    ok = (lo >= 0) & (hi > lo)
+    ok = (lo >= 0) & (hi >= lo)
     mem, lo, hi = mem[ok].reset_index(drop=True), lo[ok], hi[ok]
     if not len(mem):
         return None

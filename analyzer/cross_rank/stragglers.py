@@ -469,7 +469,7 @@ def analyse(job: Any, inst: pd.DataFrame, members: Any, offset_of: Optional[dict
     stats["steps_held"] = stats["rank"].map(held).fillna(0).astype(np.int64)
     cons = excess_consistency(job)
     stats = stats.merge(cons, on="rank", how="left")
-    stats["consistent"] = stats["consistent"].fillna(False).astype(bool)
+    stats["consistent"] = stats["consistent"].eq(True)  # ranks without per-step metrics: not consistent
     material = (stats["delay_share"] >= MATERIAL_SHARE) & (stats["n_decided"] >= 3)
     stats["by_share"] = material & (stats["holdup_share"] >= SHARE_MIN)
     stats["by_excess"] = material & stats["consistent"] & (stats["holdup_share"] >= SHARE_CONSISTENT)
