@@ -103,11 +103,15 @@ def straggler_info(ctx: Context) -> Optional[dict]:
     dmin, smin = ctx.t("straggler_cost_min"), ctx.t("straggler_share_min")
     scons = ctx.t("straggler_share_consistent")
 
+    n_steps = len([x for x in s.get("per_step") or [] if (x.get("step") or 0) >= 0])
+
     def passes(r: dict) -> bool:
         d, sh = num(r.get("delay_share")) or 0.0, num(r.get("holdup_share")) or 0.0
         if d < dmin or int(r.get("n_decided") or 0) < 3 or (frac(r.get("pct_last")) or 0.0) < ctx.t("straggler_pct_last"):
             return False
-        return sh >= smin or (bool(r.get("consistent_excess")) and sh >= scons)
+        # the consistent-excess path also needs the wait it imposes to recur (a material delay in half the steps)
+        recurs = int(r.get("steps_delaying") or 0) >= max(1, -(-n_steps // 2))
+        return sh >= smin or (bool(r.get("consistent_excess")) and sh >= scons and recurs)
 
     # the largest delay among the ranks that pass (a rank whose own work is consistently longer may hold a
     # smaller share of the hold-ups than the one noise made late once); none pass: no straggler

@@ -44,7 +44,9 @@ MIN_STEPS = 3
 EXCESS_MIN = 0.05
 Z_MIN = 3.0
 NOISE_FLOOR = 0.002
-SPREAD_K = 2.0
+SPREAD_K = 1.0
+#: … and it must delay the others materially (≥ MATERIAL_SHARE of the step) in at least this share of steps.
+DELAY_STEPS_FRAC = 0.5
 #: A straggler named by its hold-ups alone whose own work shows no consistent excess although it could (≥ 3
 #: ranks, ≥ MIN_STEPS steps) and no link difference either: its confidence is capped here ("may be").
 UNEXPLAINED_CAP = 0.45
@@ -476,7 +478,17 @@ def analyse(job: Any, inst: pd.DataFrame, members: Any, offset_of: Optional[dict
     stats["consistent"] = stats["consistent"].eq(True)  # ranks without per-step metrics: not consistent
     material = (stats["delay_share"] >= MATERIAL_SHARE) & (stats["n_decided"] >= 3)
     stats["by_share"] = material & (stats["holdup_share"] >= SHARE_MIN)
-    stats["by_excess"] = material & stats["consistent"] & (stats["holdup_share"] >= SHARE_CONSISTENT)
+    # the wait it imposes must recur too: a material delay in at least half of the steps
+    step_ref = sm[sm["step"] >= 0].groupby("step")["step_time_ns"].median() if sm is not None and len(sm) else None
+    if len(per) and step_ref is not None and len(step_ref):
+        pr = per[per["step"] >= 0]
+        hit = pr[pr["delay_ns"].to_numpy() >= MATERIAL_SHARE * pr["step"].map(step_ref).fillna(np.inf).to_numpy()]
+        stats["steps_delaying"] = stats["rank"].map(hit.groupby("rank")["step"].nunique()).fillna(0).astype(np.int64)
+    else:
+        stats["steps_delaying"] = 0
+    n_ref = len(step_ref) if step_ref is not None else 0
+    stats["by_excess"] = material & stats["consistent"] & (stats["holdup_share"] >= SHARE_CONSISTENT) & \
+        (stats["steps_delaying"] >= max(1, np.ceil(DELAY_STEPS_FRAC * n_ref)))
     stats["qualifies"] = stats["by_share"] | stats["by_excess"]
     stats = stats.sort_values(["delay_ns_per_step", "wait_imposed_ns", "rank"], ascending=[False, False, True],
                               kind="stable").reset_index(drop=True)
@@ -556,6 +568,7 @@ def analyse(job: Any, inst: pd.DataFrame, members: Any, offset_of: Optional[dict
                       "delay_per_step_us": float(r.delay_ns_per_step) / 1e3, "delay_share": float(r.delay_share),
                       "holdup_share": float(r.holdup_share), "steps_held": int(r.steps_held),
                       "n_instances": int(r.n_instances), "n_decided": int(r.n_decided),
+                      "steps_delaying": int(r.steps_delaying),
                       **_excess_fields(r)} for r in stats.itertuples()],
         "straggler": straggler, "confidence": confidence, "attribution": attribution, "evidence": evidence,
         "per_step": per_step,
