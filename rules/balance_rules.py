@@ -163,7 +163,11 @@ def straggler_info(ctx: Context) -> Optional[dict]:
                             "… or only this share when the rank's own compute or host time exceeds its peers' "
                             "median consistently (≥ 80 % of ≥ 3 steps, median excess ≥ 5 % of the step, above its "
                             "spread and ≥ 3 standard errors of the other ranks' noise): noise splits a real "
-                            "straggler's hold-ups (0.57 / 0.43 seen)"),
+                            "straggler's hold-ups (0.57 / 0.43 seen)",
+                            source="tuned on fixtures/real-cpu-perf-2 runs not held out: a 15 % host straggler "
+                                   "holds 0.64 of the hold-ups (noise gives rank 1 steps 4-5), clean runs' ranks "
+                                   "with a consistent excess hold at most 0.41 with a recurring delay in fewer than "
+                                   "half the steps; checked on the held-out runs (docs/performance-diagnoses.md)"),
                   Threshold("straggler_pct_last", 0.0, "fraction",
                             "optional: also require arriving last at this share of collectives (off: arrival "
                             "counts are noise at a few ranks, a host straggler can be last at only 42 %)"),

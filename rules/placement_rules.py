@@ -22,7 +22,10 @@ def _ordinal(i: int) -> str:
       thresholds=(Threshold("placement_cost_min", 0.05, "fraction",
                             "report when the wait the misplaced collective causes per step is at least this share "
                             "of the median step (the section finds a placement from 5 % of the step up: the "
-                            "rank's arrival offset both ways and its compute before entering)"),),
+                            "rank's arrival offset both ways and its compute before entering)",
+                            source="the straggler rules' materiality (straggler_cost_min): a misplaced metrics "
+                                   "all-reduce after a forward costs 18-29 % of the step on the real runs "
+                                   "(fixtures/real-cpu-perf-2 ddp4-misplaced-*), clean runs show no placement"),),
       explains=PLACEMENT_EFFECTS,
       confirm="In the named rank's trace the collective starts after work (its forward, say) that the other "
               "members do after it; on the others that collective's span is long (they wait), and at the "
