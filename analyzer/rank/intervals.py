@@ -130,3 +130,50 @@ def clipped_lengths(iv: Intervals, lo: np.ndarray, hi: np.ndarray) -> np.ndarray
         return full - over
 
     return covered_before(hi) - covered_before(lo)
+
+
+#: A thread blocked on a collective wakes up this soon after the collective's span ends (gloo, contended CPU).
+WAKE_NS = 1_000_000
+
+
+def exclusive_compute(start: np.ndarray, end: np.ndarray, stream: np.ndarray, comm_op: np.ndarray,
+                      comm: Intervals) -> tuple[Intervals, Intervals]:
+    """Compute of nested CPU op spans with the communication inside them taken out: (compute, comm ops).
+
+    CPU traces nest ops on a thread (``stream``): an `autograd::engine::evaluate_function: …Backward` span holds
+    FSDP's pre-backward all_gather wait, a DTensor op holds `_c10d_functional::all_reduce` and its `wait_tensor`.
+    Counting the outer span as compute makes a rank that waits for a straggler look as busy as the straggler.
+    ``comm_op`` marks the rows that are communication ops themselves (functional collectives and their waits):
+    they become communication (the second set). Of the rest, a span's time covered by a leaf op (no op
+    starts inside it) is compute; a gap a parent covers alone (no child op running) that ends within
+    ``WAKE_NS`` of the end of a communication span overlapping it (``comm``: the gloo spans, and the
+    ``comm_op`` rows) is the thread blocked on that communication: its overlap with it is not compute. Other
+    parent-only time (Python glue while a gradient all-reduce runs on gloo's thread) stays compute.
+    """
+    s, e = np.asarray(start, np.int64), np.asarray(end, np.int64)
+    st, op = np.asarray(stream), np.asarray(comm_op, bool)
+    ops = union(s[op], e[op])
+    if not s.size:
+        return empty(), ops
+    order = np.lexsort((-e, s, st))  # per thread by start; a parent before the children starting with it
+    so, eo, sto = s[order], e[order], st[order]
+    has_child = np.zeros(s.size, bool)
+    # properly nested spans: the next span of the same thread starts inside this one iff this one has a child
+    has_child[:-1] = (sto[1:] == sto[:-1]) & (so[1:] < eo[:-1]) & (so[1:] >= so[:-1])
+    child = np.empty(s.size, bool)
+    child[order] = has_child
+    plain = ~op
+    leaves = union(s[plain & ~child], e[plain & ~child])
+    spans = union(s[plain], e[plain])
+    alone = difference(spans, leaves)  # time a parent covers with no child op running: glue, or a blocked wait
+    waiting = union(np.concatenate([comm[0], ops[0]]), np.concatenate([comm[1], ops[1]]))
+    if alone[0].size and waiting[0].size:
+        # a blocked wait ends when the communication it waits on ends: keep as compute the parent-only gaps that
+        # do not end within WAKE_NS of the end of a communication span that overlaps them
+        ends = np.sort(waiting[1])
+        k = np.searchsorted(ends, alone[1] + WAKE_NS, side="right") - 1
+        cand = np.where(k >= 0, ends[np.maximum(k, 0)], np.iinfo(np.int64).min)
+        blocked = (k >= 0) & (cand >= alone[1] - WAKE_NS) & (cand > alone[0])
+        wait = intersect(union(alone[0][blocked], alone[1][blocked]), waiting)
+        spans = difference(spans, wait)
+    return union(np.concatenate([leaves[0], spans[0]]), np.concatenate([leaves[1], spans[1]])), ops
