@@ -16,8 +16,8 @@ And per item of issue 21 the bed was made for:
 - item 5: where gloo records no P2P, the first diagnosis of a P2P fault is narrowed to the stuck pair (its culprit
   ranks lie within the planted transfer's src and dst) and includes the culprit.
 
-What today's analysis gets wrong is marked xfail(strict=False) per case and assertion, with the reason (the lead
-flips them when the analysis is fixed): XFAIL_* below. The held-out cases (`"held_out": true`) are for measuring
+What the analysis still gets wrong is marked xfail(strict=True) per case and assertion, with the reason: XFAIL_*
+below (a fix that makes one pass must remove its entry). The held-out cases (`"held_out": true`) are for measuring
 only; do not tune on them.
 """
 from __future__ import annotations
@@ -34,46 +34,17 @@ BED = Path(__file__).resolve().parent.parent / "fixtures" / "real-cpu-failures-3
 CASES = sorted(p.parent for p in BED.glob("*/expected.json"))
 pytestmark = pytest.mark.slow  # one analyzer.load per case folder (cached), about a second of CPU each
 
-# case -> why today's analysis fails that assertion (measured on the committed bed; README, "What the post-mortem
-# says today"). The lead flips these when the analysis is fixed (strict=False: an xpass does not fail the run).
-_RECEIVER = "item 2: the rank gloo's size check aborted is named 'passed a different element count' at 0.9, but it "
-_RECEIVER_DUMPS = _RECEIVER + "was a healthy receiver; the culprit's own dump shows the odd size"
+# case -> why the analysis still fails that assertion (strict: a fix that makes it pass must remove the entry).
+# Every item-2 and item-4 case that failed when the bed was made passes since the receiver-side size reading and
+# the monitored_barrier reader landed; what is left is the one ring whose stuck pair the inputs hardly show.
 XFAIL_VERDICT: dict[str, str] = {}
-XFAIL_HEALTHY: dict[str, str] = {
-    "tp_pair_long_seq_receiver_aborts": _RECEIVER_DUMPS + " and the sibling TP pair's dumps the right one",
-    "tp_pair_long_seq_receiver_aborts_stderr_only": _RECEIVER + "is only a receiver; nothing names the sender",
-    "eval_gather_2ranks_long_batch_receiver_aborts": _RECEIVER_DUMPS + " (160 floats where its earlier calls of that "
-                                                     "site gathered 128)",
-    "eval_gather_2ranks_long_batch_receiver_aborts_stderr_only": _RECEIVER + "is only a receiver of a 2-rank group",
-    "mesh_sp_allgather_first_collective": _RECEIVER_DUMPS + " (192 where the sibling TP group gathered 128)",
-    "moe_a2a_wrong_send_split": _RECEIVER + "was a healthy receiver of an all_to_all; and healthy rank 3 (still in "
-                                "the dispatch, having received one row fewer) is called a missing rank at 0.75",
-    "moe_a2a_wrong_send_split_stderr_only": _RECEIVER + "is only a receiver of an all_to_all",
-    "tp3_pairs_short_seq_culprit_aborts": "healthy rank 4, the culprit's TP peer (it lost rank 5 inside the TP "
-                                          "all_reduce), is called a missing rank at 0.75 in a second diagnosis",
-    "cp_ring_missing_irecv": "item 5: rank 3, whose isend was never received, is named p2p_mismatch at 0.5; the rank "
-                             "that left its irecv out (4) went on to the all_reduce and is not named",
-}
-XFAIL_FIRST: dict[str, str] = {
-    k: v for k, v in XFAIL_HEALTHY.items() if k != "tp3_pairs_short_seq_culprit_aborts"}
-XFAIL_STDERR_SIZE: dict[str, str] = {
-    "tp_pair_long_seq_receiver_aborts_stderr_only": _RECEIVER + "is only a receiver",
-    "tp3_pairs_short_seq_culprit_aborts_stderr_only": "item 2: right rank (5) by luck, at 0.9: from stderr alone its "
-                                                      "short buffer and a long message from its peer read the same",
-    "eval_gather_2ranks_long_batch_receiver_aborts_stderr_only": _RECEIVER + "is only a receiver",
-    "moe_a2a_wrong_send_split_stderr_only": _RECEIVER + "is only a receiver",
-}
-XFAIL_MONITORED: dict[str, str] = {
-    "monitored_barrier_one_late_ckpt": "item 4: 'Rank 2 failed to pass monitoredBarrier in 5000 ms' is not read: "
-                                       "an unattributed watchdog_timeout at 0.3",
-    "monitored_barrier_two_absent_wait_all": "item 4: 'Ranks 1, 6 failed to pass monitoredBarrier in 5000 ms' is not "
-                                             "read: an unattributed watchdog_timeout at 0.3",
-}
+XFAIL_HEALTHY: dict[str, str] = {}
+XFAIL_FIRST: dict[str, str] = {}
+XFAIL_STDERR_SIZE: dict[str, str] = {}
+XFAIL_MONITORED: dict[str, str] = {}
 XFAIL_P2P: dict[str, str] = {
-    "cp_ring_missing_irecv": "item 5: names rank 3 alone (the sender left waiting), not the pair 3 -> 4",
-    "pipeline4_send_wrong_peer": "item 5: a tie of all four stages (senders vs receivers), not the pair 1 -> 2",
-    "pipeline3_bwd_send_wrong_tag": "item 5: a tie of all three stages, not the pair 2 -> 1",
-    "pipeline_mesh_recv_wrong_peer": "item 5: a tie of 0, 2 and 4 (every stage of replica 0), not the pair 2 -> 4",
+    "cp_ring_missing_irecv": "item 5: the context-parallel groups are not in the dumps, so the tie stays wider "
+                             "than the pair 3 -> 4 (rank 4 left its irecv out and went on to the all_reduce)",
 }
 
 
@@ -89,7 +60,7 @@ def _culprits(exp: dict) -> set[int]:
 
 
 def _params(xfail: dict[str, str]):
-    return [pytest.param(c, id=c.name, marks=pytest.mark.xfail(strict=False, reason=xfail[c.name]))
+    return [pytest.param(c, id=c.name, marks=pytest.mark.xfail(strict=True, reason=xfail[c.name]))
             if c.name in xfail else pytest.param(c, id=c.name) for c in CASES]
 
 
@@ -98,7 +69,7 @@ def _cases(pick) -> list[Path]:
 
 
 def _params_of(cases: list[Path], xfail: dict[str, str]):
-    return [pytest.param(c, id=c.name, marks=pytest.mark.xfail(strict=False, reason=xfail[c.name]))
+    return [pytest.param(c, id=c.name, marks=pytest.mark.xfail(strict=True, reason=xfail[c.name]))
             if c.name in xfail else pytest.param(c, id=c.name) for c in cases]
 
 
