@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Iterator, Optional
 
+from analyzer.cross_rank.stragglers import excess_confidence
 from rules.context import Context
 from rules.finding import Evidence, Finding, Subject
 from rules.registry import Threshold, rule
@@ -99,13 +100,28 @@ def straggler_info(ctx: Context) -> Optional[dict]:
     rows = [r for r in s.get("per_rank") or [] if r.get("rank") is not None]
     if not rows:  # no cross-rank data at all: fall back on per-step compute (GPU traces only)
         return _compute_straggler(ctx)
-    row = max(rows, key=lambda r: (num(r.get("delay_per_step_us")) or 0.0, -int(r["rank"])))
+    dmin, smin = ctx.t("straggler_cost_min"), ctx.t("straggler_share_min")
+    scons = ctx.t("straggler_share_consistent")
+
+    n_steps = len([x for x in s.get("per_step") or [] if (x.get("step") or 0) >= 0])
+
+    def passes(r: dict) -> bool:
+        d, sh = num(r.get("delay_share")) or 0.0, num(r.get("holdup_share")) or 0.0
+        if d < dmin or int(r.get("n_decided") or 0) < 3 or (frac(r.get("pct_last")) or 0.0) < ctx.t("straggler_pct_last"):
+            return False
+        # the consistent-excess path also needs the wait it imposes to recur (a material delay in half the steps)
+        recurs = int(r.get("steps_delaying") or 0) >= max(1, -(-n_steps // 2))
+        return sh >= smin or (bool(r.get("consistent_excess")) and sh >= scons and recurs)
+
+    # the largest delay among the ranks that pass (a rank whose own work is consistently longer may hold a
+    # smaller share of the hold-ups than the one noise made late once); none pass: no straggler
+    ok = [r for r in rows if passes(r)]
+    if not ok:
+        return None
+    row = max(ok, key=lambda r: (num(r.get("delay_per_step_us")) or 0.0, -int(r["rank"])))
     rank = int(row["rank"])
     delay, share = num(row.get("delay_share")) or 0.0, num(row.get("holdup_share")) or 0.0
     last = frac(row.get("pct_last")) or 0.0
-    dmin, smin = ctx.t("straggler_cost_min"), ctx.t("straggler_share_min")
-    if delay < dmin or share < smin or int(row.get("n_decided") or 0) < 3 or last < ctx.t("straggler_pct_last"):
-        return None
     imposed = num(row.get("wait_imposed_us")) or 0.0
     ev = [Evidence(f"the other ranks waited for rank {rank} alone {(num(row.get('delay_per_step_us')) or 0) / 1000:.2f} "
                    f"ms per step ({pct(delay)} of the step; {pct(share)} of all waiting for a single rank)"),
@@ -128,6 +144,10 @@ def straggler_info(ctx: Context) -> Optional[dict]:
     conf = num(s.get("confidence")) if named else None
     if conf is None:
         conf = _straggler_confidence(delay, share, int(row.get("steps_held") or 0) / n_held, dmin, smin)
+        if row.get("consistent_excess") and num(row.get("excess_share")) is not None:
+            conf = max(conf, excess_confidence(delay, num(row.get("excess_z")) or 0.0,
+                                               int(row.get("excess_steps_above") or 0),
+                                               int(row.get("excess_steps") or 0)))
     return {"rank": rank, "cost": min(1.0, delay), "attribution": attribution, "confidence": conf, "evidence": ev}
 
 
@@ -139,6 +159,11 @@ def straggler_info(ctx: Context) -> Optional[dict]:
                   Threshold("straggler_share_min", 0.75, "fraction",
                             "… and cause this share of all ranks' hold-up delay in the process group where it "
                             "holds up most; real CPU runs: clean jobs 0.31-0.65, stragglers 0.90-1.0"),
+                  Threshold("straggler_share_consistent", 0.4, "fraction",
+                            "… or only this share when the rank's own compute or host time exceeds its peers' "
+                            "median consistently (≥ 80 % of ≥ 3 steps, median excess ≥ 5 % of the step, above its "
+                            "spread and ≥ 3 standard errors of the other ranks' noise): noise splits a real "
+                            "straggler's hold-ups (0.57 / 0.43 seen)"),
                   Threshold("straggler_pct_last", 0.0, "fraction",
                             "optional: also require arriving last at this share of collectives (off: arrival "
                             "counts are noise at a few ranks, a host straggler can be last at only 42 %)"),

@@ -29,19 +29,48 @@ def _confidence(p: dict, *keys: str) -> float:
     return min((x for x in vals if x is not None), default=1.0)
 
 
-def _stage_work(p: dict) -> dict[int, float]:
-    """Mean busy time per step of each stage (µs), from the per-stage rows."""
-    acc: dict[int, list] = {}
+#: A stage is named heavy when it works ≥ HEAVY_RATIO × the median stage and its excess over the median stage
+#: is at least NOISE_K × the step-to-step noise (the median over stages of each one's standard deviation of busy
+#: time across steps): on a CPU-contended run identical stages swing by ±20-60 ms per step.
+HEAVY_RATIO = 1.1
+NOISE_K = 3.0
+
+
+def _stage_steps(p: dict) -> dict[int, list[float]]:
+    """Busy time (µs) of each stage per step, from the per-stage rows (summed per step: a rank's chunks)."""
+    acc: dict[int, dict] = {}
     for s in p.get("per_stage") or []:
         b = num(s.get("busy_us"))
         if b is not None and s.get("stage") is not None:
-            acc.setdefault(int(s["stage"]), []).append(b)
-    return {k: sum(v) / len(v) for k, v in acc.items() if v}
+            by = acc.setdefault(int(s["stage"]), {})
+            by[s.get("step")] = by.get(s.get("step"), 0.0) + b
+    return {k: list(v.values()) for k, v in acc.items() if v}
+
+
+def _stage_work(p: dict) -> dict[int, float]:
+    """Mean busy time per step of each stage (µs), from the per-stage rows."""
+    return {k: sum(v) / len(v) for k, v in _stage_steps(p).items()}
+
+
+def _step_noise(steps: dict[int, list[float]]) -> Optional[float]:
+    """The median over stages of each stage's standard deviation of busy time across steps (µs); None with
+    fewer than two steps (no spread to measure)."""
+    sds = []
+    for v in steps.values():
+        if len(v) >= 2:
+            m = sum(v) / len(v)
+            sds.append((sum((x - m) ** 2 for x in v) / (len(v) - 1)) ** 0.5)
+    if not sds:
+        return None
+    sds.sort()
+    n = len(sds)
+    return sds[n // 2] if n % 2 else (sds[n // 2 - 1] + sds[n // 2]) / 2
 
 
 def _imbalance(p: dict) -> Optional[Evidence]:
-    """Which stage works most, against the median stage (the usual cause of extra bubble)."""
-    work = _stage_work(p)
+    """Which stage works most, against the median stage (the usual cause of extra bubble), above the noise."""
+    steps = _stage_steps(p)
+    work = {k: sum(v) / len(v) for k, v in steps.items()}
     if len(work) < 2:
         return None
     vals = sorted(work.values())
@@ -52,9 +81,18 @@ def _imbalance(p: dict) -> Optional[Evidence]:
     ratio = work[top] / med
     stage_ranks = p.get("stage_ranks") or []
     ranks = stage_ranks[top] if top < len(stage_ranks) else []
-    if ratio >= 1.1:
+    noise = _step_noise(steps)
+    above_noise = noise is None or work[top] - med >= NOISE_K * noise
+    if ratio >= HEAVY_RATIO and above_noise:
         return Evidence(f"stage {top} (rank(s) {ranks}) works {ratio:.2f}× the median stage per step "
-                        f"({work[top] / 1e3:.1f} ms vs {med / 1e3:.1f} ms): the other stages wait for it")
+                        f"({work[top] / 1e3:.1f} ms vs {med / 1e3:.1f} ms"
+                        + (f"; step-to-step noise ±{noise / 1e3:.1f} ms" if noise is not None else "")
+                        + "): the other stages wait for it")
+    if ratio >= HEAVY_RATIO:
+        return Evidence(f"no stage works more than the step-to-step noise allows (most: stage {top}, {ratio:.2f}× "
+                        f"the median, +{(work[top] - med) / 1e3:.1f} ms, while a stage's work varies ±"
+                        f"{noise / 1e3:.1f} ms from step to step; {NOISE_K:g}× that would name it): the extra idle "
+                        "is waiting on transfers or a busy host rather than one slow stage")
     return Evidence(f"the stages work alike (most: stage {top}, {ratio:.2f}× the median): the extra idle is "
                     "waiting on transfers (slow P2P, a busy host) rather than one slow stage")
 
@@ -80,8 +118,12 @@ def bubble_high(ctx: Context) -> Iterator[Finding]:
     its first to its last work of the step (docs/metrics.md, "Pipeline bubble"), the same for every stage. For
     GPipe and 1F1B with p stages and m micro-batches theory gives (p−1)/(m+p−1) (interleaved / looped with v
     stages per rank: (p−1)/(v·m+p−1)). A measured bubble well above it means unbalanced stages or slow P2P
-    transfers. Silent when p, m or v were inferred with confidence below 0.5, and for zero-bubble schedules
-    (no closed-form theory). Cost: the excess bubble (fraction of the step).
+    transfers. The evidence names the stage that works most when it works ≥ 1.1× the median stage and its
+    excess is ≥ 3× the step-to-step noise (the median over stages of the standard deviation of a stage's work
+    across steps: identical stages on a CPU-contended run differ by 1.4× in one step and swap in the next);
+    else it says the stages work alike within the noise. Silent when p, m or v were inferred with confidence
+    below 0.5, and for zero-bubble schedules (no closed-form theory). Cost: the excess bubble (fraction of the
+    step).
     """
     p = _pipe(ctx)
     meas, theo = num(p.get("mean_bubble_rate")), num(p.get("theoretical_bubble"))

@@ -17,6 +17,7 @@ from analyzer.cross_rank import collectives as co
 from analyzer.cross_rank import desync as ds
 from analyzer.cross_rank import links as lk
 from analyzer.cross_rank import pipeline as pl
+from analyzer.cross_rank import placement as pc
 from analyzer.cross_rank import stragglers as sg
 from analyzer.cross_rank.member_parts import MemberParts, partition_cuts
 from analyzer.cross_rank.roles import role_metrics
@@ -512,6 +513,7 @@ def cross_rank_section(job: Job, gpus_per_node: Optional[int] = None) -> dict:
         section["roles"] = role_metrics(job, mem, cr.alignment.offset_of,
                                         {g["name"]: g["judged_role"] for g in groups}, max(1, nsteps))
         section["stragglers"] = sg.analyse(job, inst, mem, cr.alignment.offset_of)
+        section["placement"] = pc.analyse(job, inst, mem, cr.alignment.offset_of)
         section["pipeline"] = pl.analyse(job, inst, mem, cr.alignment.offset_of)
     else:
         section["collectives"] = {"instances": 0, "matched": 0, "unmatched": 0, "match_method": cr.match_method,

@@ -10,7 +10,10 @@ was held up by its last member alone over [second-latest start, its start]. Per 
 ``delay_share`` is its mean delay per step over the median step time; ``holdup_share`` its part of all ranks'
 delays. A rank is named the straggler when its delay share is at least ``MATERIAL_SHARE`` and its hold-up
 share at least ``SHARE_MIN`` (the job waits for it, not for whoever the noise makes late), over at least 3
-decided collectives. Arrival counts (times last) are supporting evidence only. Send/recv are left out: in a
+decided collectives — or, on a noisy machine where the hold-ups split between ranks, when its own work is
+consistently longer (:func:`excess_consistency`: its compute or host time exceeds its peers' median in most
+of ≥ 3 steps, by a robust effect size well above its spread) and it still causes a material delay with at
+least ``SHARE_CONSISTENT`` of the hold-ups. Arrival counts (times last) are supporting evidence only. Send/recv are left out: in a
 pipeline the receiver waiting for the sender is the schedule, not a straggler.
 """
 from __future__ import annotations
@@ -31,6 +34,22 @@ TIE_NS = 1_000
 MATERIAL_SHARE = 0.05
 #: Part of all ranks' hold-up delay a straggler must cause.
 SHARE_MIN = 0.75
+#: With a consistent excess of its own work, the hold-up share a straggler needs (noise splits the hold-ups).
+SHARE_CONSISTENT = 0.4
+#: Consistent excess: at least this share of the steps (and ≥ MIN_STEPS steps) show an excess above zero …
+SIGN_FRAC = 0.8
+MIN_STEPS = 3
+#: … its median per-step excess is at least this share of the step, exceeds its own spread (1.4826 × MAD) and
+#: stands ``Z_MIN`` standard errors above the other ranks' noise (never taken below ``NOISE_FLOOR``).
+EXCESS_MIN = 0.05
+Z_MIN = 3.0
+NOISE_FLOOR = 0.002
+SPREAD_K = 1.0
+#: … and it must delay the others materially (≥ MATERIAL_SHARE of the step) in at least this share of steps.
+DELAY_STEPS_FRAC = 0.5
+#: A straggler named by its hold-ups alone whose own work shows no consistent excess although it could (≥ 3
+#: ranks, ≥ MIN_STEPS steps) and no link difference either: its confidence is capped here ("may be").
+UNEXPLAINED_CAP = 0.45
 #: Attribution needs the rank's excess (compute or pre-kernel host gap) to explain this share of its delay.
 EXPLAINS = 0.25
 
@@ -181,6 +200,77 @@ def _excess(df: pd.DataFrame, col: str, rank: int) -> float:
         return 0.0
     others = piv.drop(columns=[rank]).median(axis=1)
     return float(np.nanmedian((piv[rank] - others).to_numpy()))
+
+
+def _per_step_excess(df: pd.DataFrame, col: str, step_ref: pd.Series) -> pd.DataFrame:
+    """steps × ranks: each rank's value minus the median of the other ranks' in that step, over the step's
+    median step time (``step_ref``: step → ns). Steps some rank lacks are left out (compare only what all have)."""
+    if df is None or not len(df) or col not in df:
+        return pd.DataFrame()
+    piv = df[df["step"] >= 0].pivot_table(index="step", columns="rank", values=col, aggfunc="sum").dropna()
+    if piv.shape[1] < 2 or not len(piv):
+        return pd.DataFrame()
+    vals = piv.to_numpy(float)
+    n = vals.shape[1]
+    # median of the others, all ranks at once: drop column j by masking it with NaN
+    stack = np.repeat(vals[:, None, :], n, axis=1)
+    idx = np.arange(n)
+    stack[:, idx, idx] = np.nan
+    others = np.nanmedian(stack, axis=2)
+    ref = step_ref.reindex(piv.index).to_numpy(float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = (vals - others) / ref[:, None]
+    return pd.DataFrame(out, index=piv.index, columns=piv.columns).dropna()
+
+
+def excess_consistency(job: Any) -> pd.DataFrame:
+    """Per rank: how consistently its own work (compute per step, or the host gap before its first compute)
+    exceeds its peers' median — rank, excess_kind, excess_steps, excess_steps_above, excess_share (the median
+    over steps of the excess as a share of the step: a robust effect size), excess_spread (1.4826 × the
+    median absolute deviation of its own shares over the steps), excess_noise (the same scale over the other
+    ranks' shares: the noise a healthy rank shows on this machine), excess_z (effect / (noise / √steps)) and
+    consistent: ≥ ``MIN_STEPS`` steps, ≥ ``SIGN_FRAC`` of them above zero (a sign test), effect ≥
+    ``EXCESS_MIN``, ≥ ``SPREAD_K`` × its own spread, and ≥ ``Z_MIN`` standard errors of the peers' noise.
+
+    Why: on a contended machine the arrival order and the hold-up share are noise-driven (two ranks split a
+    20 % straggler's hold-ups 0.57 / 0.43), while the straggler's own extra work shows in every step. The
+    peers' noise is the floor: CPU compute swings ±3-15 % from rank to rank on a shared machine (a healthy
+    rank can exceed its peers by 5 % in 3 of 3 steps), the host gap before the first compute by < 0.1 %. Of
+    compute and host, the kind that passes (else the one with the larger z) is kept.
+    """
+    cols = ["rank", "excess_kind", "excess_steps", "excess_steps_above", "excess_share", "excess_spread",
+            "excess_noise", "excess_z", "consistent"]
+    sm = job.step_metrics
+    if sm is None or not len(sm) or "step_time_ns" not in sm:
+        return pd.DataFrame({c: [] for c in cols})
+    ref = sm[sm["step"] >= 0].groupby("step")["step_time_ns"].median()
+    rows = []
+    for kind, df, col in (("compute", sm, "compute_ns"), ("host", first_activity_gap(job), "gap_ns")):
+        ex = _per_step_excess(df, col, ref)
+        if not len(ex) or ex.shape[1] < 3:  # two ranks: each one's excess is the other's deficit
+            continue
+        a = ex.to_numpy(float)
+        n, k = a.shape
+        eff = np.median(a, axis=0)
+        spread = 1.4826 * np.median(np.abs(a - eff), axis=0)
+        noise = np.empty(k)
+        for j in range(k):  # k ranks, a few steps each: small
+            o = np.delete(a, j, axis=1).ravel()
+            noise[j] = 1.4826 * np.median(np.abs(o - np.median(o)))
+        noise = np.maximum(noise, NOISE_FLOOR)
+        z = eff / (noise / np.sqrt(n))
+        above = (a > 0).sum(axis=0)
+        ok = (n >= MIN_STEPS) & (above >= np.ceil(SIGN_FRAC * n)) & (eff >= EXCESS_MIN) & \
+            (eff >= SPREAD_K * spread) & (z >= Z_MIN)
+        rows.append(pd.DataFrame({"rank": ex.columns.to_numpy(np.int64), "excess_kind": kind, "excess_steps": n,
+                                  "excess_steps_above": above.astype(np.int64), "excess_share": eff,
+                                  "excess_spread": spread, "excess_noise": noise, "excess_z": z,
+                                  "consistent": ok}))
+    if not rows:
+        return pd.DataFrame({c: [] for c in cols})
+    both = pd.concat(rows, ignore_index=True)
+    both = both.sort_values(["rank", "consistent", "excess_z"], ascending=[True, False, False], kind="stable")
+    return both.drop_duplicates("rank")[cols].reset_index(drop=True)
 
 
 def compute_inside(lanes: Any, windows: tuple) -> np.ndarray:
@@ -383,8 +473,23 @@ def analyse(job: Any, inst: pd.DataFrame, members: Any, offset_of: Optional[dict
     top = per.loc[per.groupby("step")["delay_ns"].idxmax()] if len(per) else per
     held = top["rank"].value_counts() if len(top) else pd.Series(dtype=int)
     stats["steps_held"] = stats["rank"].map(held).fillna(0).astype(np.int64)
-    stats["qualifies"] = (stats["delay_share"] >= MATERIAL_SHARE) & (stats["holdup_share"] >= SHARE_MIN) & \
-        (stats["n_decided"] >= 3)
+    cons = excess_consistency(job)
+    stats = stats.merge(cons, on="rank", how="left")
+    stats["consistent"] = stats["consistent"].eq(True)  # ranks without per-step metrics: not consistent
+    material = (stats["delay_share"] >= MATERIAL_SHARE) & (stats["n_decided"] >= 3)
+    stats["by_share"] = material & (stats["holdup_share"] >= SHARE_MIN)
+    # the wait it imposes must recur too: a material delay in at least half of the steps
+    step_ref = sm[sm["step"] >= 0].groupby("step")["step_time_ns"].median() if sm is not None and len(sm) else None
+    if len(per) and step_ref is not None and len(step_ref):
+        pr = per[per["step"] >= 0]
+        hit = pr[pr["delay_ns"].to_numpy() >= MATERIAL_SHARE * pr["step"].map(step_ref).fillna(np.inf).to_numpy()]
+        stats["steps_delaying"] = stats["rank"].map(hit.groupby("rank")["step"].nunique()).fillna(0).astype(np.int64)
+    else:
+        stats["steps_delaying"] = 0
+    n_ref = len(step_ref) if step_ref is not None else 0
+    stats["by_excess"] = material & stats["consistent"] & (stats["holdup_share"] >= SHARE_CONSISTENT) & \
+        (stats["steps_delaying"] >= max(1, np.ceil(DELAY_STEPS_FRAC * n_ref)))
+    stats["qualifies"] = stats["by_share"] | stats["by_excess"]
     stats = stats.sort_values(["delay_ns_per_step", "wait_imposed_ns", "rank"], ascending=[False, False, True],
                               kind="stable").reset_index(drop=True)
     straggler: Optional[int] = None
@@ -403,13 +508,14 @@ def analyse(job: Any, inst: pd.DataFrame, members: Any, offset_of: Optional[dict
                  f"the longest hold-up in {int(row['steps_held'])} of {n_held} steps); it arrived last in "
                  f"{int(row['times_last'])} of the {int(row['n_decided'])} collectives it joined that had a "
                  f"clear last arrival and imposed {row['wait_imposed_ns'] / 1e3:.1f} µs of waiting in all"]
-        if comp >= gap and comp >= EXPLAINS * delay and comp > 0:
+        cpu = bool(getattr(job, "traces", None)) and all(
+            getattr(t, "device_type", "gpu") == "cpu" for t in job.traces.values())
+        kind = str(row["excess_kind"]) if bool(row["consistent"]) else None  # a consistent excess says which
+        if kind == "compute" or (kind is None and comp >= gap and comp >= EXPLAINS * delay and comp > 0):
             attribution = "compute"
             parts.append(f"its compute per step is {comp / 1e3:.1f} µs above the other ranks' median")
-        elif gap > comp and gap >= EXPLAINS * delay:
+        elif kind == "host" or (kind is None and gap > comp and gap >= EXPLAINS * delay):
             attribution = "host"
-            cpu = bool(getattr(job, "traces", None)) and all(
-                getattr(t, "device_type", "gpu") == "cpu" for t in job.traces.values())
             parts.append(f"its first compute of a step starts {gap / 1e3:.1f} µs later than the other ranks' "
                          "(host-side work outside the traced compute: data loading, logging, Python)" if cpu else
                          f"its first kernel of a step starts {gap / 1e3:.1f} µs later than the other ranks' "
@@ -421,16 +527,29 @@ def analyse(job: Any, inst: pd.DataFrame, members: Any, offset_of: Optional[dict
             if link:
                 attribution = "link"
                 parts.append(link)
+        if pd.notna(row.get("excess_kind")):
+            parts.append(_excess_text(row))
         close = cand[(cand["rank"] != straggler) & (cand["delay_ns_per_step"] >= 0.5 * delay)]
         if len(close):  # its lateness spreads (a slowed pipeline replica arrives late everywhere) or two are slow
             shown = sorted(int(x) for x in close["rank"])
             parts.append(f"{ranks_text(shown[:8])}{' …' if len(shown) > 8 else ''} also hold up their groups, by up to "
                          f"{close['delay_ns_per_step'].max() / 1e3:.1f} µs per step")
-        evidence = "; ".join(parts)
         margin = 0.5 * min(1.0, float(row["delay_share"]) / (2 * MATERIAL_SHARE)) + \
-            0.5 * min(1.0, (float(row["holdup_share"]) - SHARE_MIN) / (1 - SHARE_MIN))
+            0.5 * min(1.0, max(0.0, float(row["holdup_share"]) - SHARE_MIN) / (1 - SHARE_MIN))
         runner = float(close["delay_ns_per_step"].max()) / delay if len(close) else 0.0
         confidence = round(margin * min(1.0, int(row["steps_held"]) / n_held) * max(0.5, 1.0 - runner), 3)
+        testable = pd.notna(row.get("excess_kind")) and int(row.get("excess_steps") or 0) >= MIN_STEPS
+        if testable and not bool(row["consistent"]) and attribution != "link":
+            # the job waits for it, but nothing it does stands out of the machine's noise: on a shared machine
+            # the scheduler alone can make a healthy rank the last one step after step
+            confidence = min(confidence, UNEXPLAINED_CAP)
+            parts.append("neither its compute nor its host time exceeds its peers' consistently, beyond the "
+                         "other ranks' noise: its lateness may be the machine's (CPU contention, the scheduler)")
+        if bool(row["consistent"]):
+            confidence = max(confidence, excess_confidence(
+                float(row["delay_share"]), float(row["excess_z"]), int(row["excess_steps_above"]),
+                int(row["excess_steps"])))
+        evidence = "; ".join(parts)
 
     per_step = []
     ci = inst[(inst["kind"] == "collective") & (inst["last_delay_ns"] > TIE_NS)] if len(inst) else inst
@@ -448,9 +567,42 @@ def analyse(job: Any, inst: pd.DataFrame, members: Any, offset_of: Optional[dict
                       "delay_caused_us": float(r.delay_caused_ns) / 1e3,
                       "delay_per_step_us": float(r.delay_ns_per_step) / 1e3, "delay_share": float(r.delay_share),
                       "holdup_share": float(r.holdup_share), "steps_held": int(r.steps_held),
-                      "n_instances": int(r.n_instances), "n_decided": int(r.n_decided)} for r in stats.itertuples()],
+                      "n_instances": int(r.n_instances), "n_decided": int(r.n_decided),
+                      "steps_delaying": int(r.steps_delaying),
+                      **_excess_fields(r)} for r in stats.itertuples()],
         "straggler": straggler, "confidence": confidence, "attribution": attribution, "evidence": evidence,
         "per_step": per_step,
         "thresholds": {"tie_us": TIE_NS / 1e3, "material_delay_share": MATERIAL_SHARE,
-                       "holdup_share_min": SHARE_MIN},
+                       "holdup_share_min": SHARE_MIN, "holdup_share_consistent": SHARE_CONSISTENT,
+                       "excess_min": EXCESS_MIN, "sign_frac": SIGN_FRAC, "excess_z_min": Z_MIN},
     }
+
+
+def excess_confidence(delay_share: float, z: float, above: int, n: int) -> float:
+    """Confidence of a straggler named by its consistent excess: half from the delay margin (min(1, delay share
+    / 2 × MATERIAL_SHARE)), half from the excess over the noise (min(1, z / 2 × Z_MIN)), times the share of
+    steps with an excess."""
+    a = min(1.0, max(0.0, delay_share) / (2 * MATERIAL_SHARE))
+    b = min(1.0, max(0.0, z) / (2 * Z_MIN))
+    return round((0.5 * a + 0.5 * b) * (above / n if n else 0.0), 3)
+
+
+def _excess_text(row: Any) -> str:
+    """'its compute exceeds its peers' median in 3 of 3 steps by 16.1 % of the step (median; spread ±6.5 %;
+    the other ranks' noise ±7.6 %, so 3.7 standard errors)'."""
+    what = "compute" if row["excess_kind"] == "compute" else "host time before its first compute"
+    return (f"its {what} exceeds its peers' median in {int(row['excess_steps_above'])} of "
+            f"{int(row['excess_steps'])} steps by {float(row['excess_share']):.1%} of the step (median; spread "
+            f"±{float(row['excess_spread']):.1%}; the other ranks' noise ±{float(row['excess_noise']):.1%}, so "
+            f"{float(row['excess_z']):.1f} standard errors)")
+
+
+def _excess_fields(r: Any) -> dict:
+    """The per-rank excess columns for the section (None where the rank has no per-step metrics)."""
+    if pd.isna(getattr(r, "excess_kind", None)):
+        return {"excess_kind": None, "excess_steps": None, "excess_steps_above": None, "excess_share": None,
+                "excess_spread": None, "excess_noise": None, "excess_z": None, "consistent_excess": False}
+    return {"excess_kind": str(r.excess_kind), "excess_steps": int(r.excess_steps),
+            "excess_steps_above": int(r.excess_steps_above), "excess_share": float(r.excess_share),
+            "excess_spread": float(r.excess_spread), "excess_noise": float(r.excess_noise),
+            "excess_z": float(r.excess_z), "consistent_excess": bool(r.consistent)}

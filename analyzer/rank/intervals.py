@@ -130,3 +130,35 @@ def clipped_lengths(iv: Intervals, lo: np.ndarray, hi: np.ndarray) -> np.ndarray
         return full - over
 
     return covered_before(hi) - covered_before(lo)
+
+
+def exclusive_compute(start: np.ndarray, end: np.ndarray, stream: np.ndarray, comm_op: np.ndarray,
+                      comm: Intervals) -> tuple[Intervals, Intervals]:
+    """Compute of nested CPU op spans with the communication inside them taken out: (compute, comm ops).
+
+    CPU traces nest ops on a thread (``stream``): an `autograd::engine::evaluate_function: …Backward` span holds
+    FSDP's pre-backward all_gather wait, a DTensor op holds `_c10d_functional::all_reduce` and its `wait_tensor`.
+    Counting the outer span as compute makes a rank that waits for a straggler look as busy as the straggler.
+    ``comm_op`` marks the rows that are communication ops themselves (functional collectives and their waits):
+    they become communication (the second set). Of the rest, a span's time covered by a leaf op (no op
+    starts inside it) is compute; the time a parent covers alone is compute only where no communication
+    (``comm``: the gloo spans, and the ``comm_op`` rows) is in flight — there the thread waits on it.
+    """
+    s, e = np.asarray(start, np.int64), np.asarray(end, np.int64)
+    st, op = np.asarray(stream), np.asarray(comm_op, bool)
+    ops = union(s[op], e[op])
+    if not s.size:
+        return empty(), ops
+    order = np.lexsort((-e, s, st))  # per thread by start; a parent before the children starting with it
+    so, eo, sto = s[order], e[order], st[order]
+    has_child = np.zeros(s.size, bool)
+    # properly nested spans: the next span of the same thread starts inside this one iff this one has a child
+    has_child[:-1] = (sto[1:] == sto[:-1]) & (so[1:] < eo[:-1]) & (so[1:] >= so[:-1])
+    child = np.empty(s.size, bool)
+    child[order] = has_child
+    plain = ~op
+    leaves = union(s[plain & ~child], e[plain & ~child])
+    waiting = union(np.concatenate([comm[0], ops[0]]), np.concatenate([comm[1], ops[1]]))
+    parents = difference(union(s[plain], e[plain]), waiting)
+    both = union(np.concatenate([leaves[0], parents[0]]), np.concatenate([leaves[1], parents[1]]))
+    return both, ops

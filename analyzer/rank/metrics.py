@@ -1,11 +1,17 @@
 """Per-rank, per-step metrics exactly as docs/metrics.md defines them (vectorised over steps)."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
 from analyzer.rank import intervals as iv
 from parsers.kineto import KinetoTrace
+
+#: CPU ops that are communication though the parser files them as compute: functional collectives (DTensor,
+#: torch.compile) and their waits (issue, then `wait_tensor` blocks the thread until the peers arrive).
+_FUNCTIONAL_COMM = re.compile(r"^_?c10d_functional::")
 
 #: Columns of the per-step table; durations are int64 nanoseconds, shares are fractions (NaN when undefined).
 STEP_COLUMNS = [
@@ -24,9 +30,19 @@ def kind_sets(trace: KinetoTrace) -> dict[str, iv.Intervals]:
     def u(mask: np.ndarray) -> iv.Intervals:
         return iv.union(s[mask], e[mask])
 
+    compute, comm = u(kind == "compute"), u(kind == "comm")
+    if getattr(trace, "device_type", None) == "cpu" and len(a):  # nested CPU ops: comm inside compute is comm
+        cmask = kind == "compute"
+        names = getattr(trace, "names", None)
+        ids = a["name_id"].to_numpy()[cmask]
+        is_comm = np.array([bool(_FUNCTIONAL_COMM.match(str(x))) for x in (names if names is not None else [])],
+                           bool)  # per distinct name, not per event
+        op = is_comm[ids] if len(is_comm) and len(ids) and ids.max() < len(is_comm) else np.zeros(len(ids), bool)
+        compute, ops = iv.exclusive_compute(s[cmask], e[cmask], a["stream"].to_numpy()[cmask], op, comm)
+        comm = iv.union(np.concatenate([comm[0], ops[0]]), np.concatenate([comm[1], ops[1]]))
     return {
-        "compute": u(kind == "compute"),
-        "comm": u(kind == "comm"),
+        "compute": compute,
+        "comm": comm,
         "memcpy": u((kind == "memcpy") | (kind == "memset")),
         "all": iv.union(s, e),
     }

@@ -15,7 +15,7 @@ from analyzer.report.summary import job_summary, rank_summary
 SCHEMA = "dtrace-analyzer/report"
 SCHEMA_VERSION = 1
 #: Minor version: keys added within schema_version 1 (docs/json-schema.md, "Changes").
-SCHEMA_MINOR = 3  # keys added within version 1: docs/json-schema.md, "Changes"
+SCHEMA_MINOR = 4  # keys added within version 1: docs/json-schema.md, "Changes"
 
 _NS_TO_US = {c: c[:-3] + "_us" for c in (
     "step_time_ns", "compute_ns", "comm_ns", "overlap_ns", "exposed_comm_ns", "memcpy_ns", "busy_ns", "idle_ns",
