@@ -133,7 +133,7 @@ def clipped_lengths(iv: Intervals, lo: np.ndarray, hi: np.ndarray) -> np.ndarray
 
 
 def exclusive_compute(start: np.ndarray, end: np.ndarray, stream: np.ndarray, comm_op: np.ndarray,
-                      comm: Intervals) -> tuple[Intervals, Intervals]:
+                      comm: Intervals, waits: Intervals | None = None) -> tuple[Intervals, Intervals]:
     """Compute of nested CPU op spans with the communication inside them taken out: (compute, comm ops).
 
     CPU traces nest ops on a thread (``stream``): an `autograd::engine::evaluate_function: …Backward` span holds
@@ -143,6 +143,10 @@ def exclusive_compute(start: np.ndarray, end: np.ndarray, stream: np.ndarray, co
     they become communication (the second set). Of the rest, a span's time covered by a leaf op (no op
     starts inside it) is compute; the time a parent covers alone is compute only where no communication
     (``comm``: the gloo spans, and the ``comm_op`` rows) is in flight — there the thread waits on it.
+    ``waits``: more spans in which a thread is inside a communication call though they are no rows here (the
+    parser keeps ``c10d::allreduce_``, ``c10d::wait``, ``c10d::_allgather_base_`` … apart, in ``cpu_comm``): a
+    parent's own time inside them is not compute either. Exclusive time, as in a profiler's "self time", by
+    interval set algebra on the whole trace at once (no loop over events): docs/metrics.md.
     """
     s, e = np.asarray(start, np.int64), np.asarray(end, np.int64)
     st, op = np.asarray(stream), np.asarray(comm_op, bool)
@@ -158,7 +162,9 @@ def exclusive_compute(start: np.ndarray, end: np.ndarray, stream: np.ndarray, co
     child[order] = has_child
     plain = ~op
     leaves = union(s[plain & ~child], e[plain & ~child])
-    waiting = union(np.concatenate([comm[0], ops[0]]), np.concatenate([comm[1], ops[1]]))
+    w = waits if waits is not None else empty()
+    waiting = union(np.concatenate([comm[0], ops[0], np.asarray(w[0], np.int64)]),
+                    np.concatenate([comm[1], ops[1], np.asarray(w[1], np.int64)]))
     parents = difference(union(s[plain], e[plain]), waiting)
     both = union(np.concatenate([leaves[0], parents[0]]), np.concatenate([leaves[1], parents[1]]))
     return both, ops
