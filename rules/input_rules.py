@@ -159,6 +159,7 @@ _DEVICE_BACKENDS = ("nccl", "rccl", "xccl", "hccl")
 
 
 @rule("INPUT006", "GPU job traced without its GPU activity", "warning",
+      explains=("COMM001", "COMM002"),  # their numbers are the CPU side's (launches, gloo-like spans), not the job's
       confirm="The trace's header says `distributedInfo.backend: nccl` (or lists GPUs in `deviceProperties`) but "
               "it holds no kernel, memcpy, memset or CUDA runtime event: the profiler recorded the CPU only.",
       fix="Profile the GPU too: torch.profiler.profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], "

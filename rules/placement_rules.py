@@ -66,7 +66,7 @@ def misplaced_collective(ctx: Context) -> Iterator[Finding]:
                        + ": the waits run both ways, so no rank is a straggler")]
         title = (f"Rank {r} calls the {_ordinal(idx)} collective of group {pg}'s step ({op}) "
                  f"{'after' if mine > peers else 'before'} work its peers do "
-                 f"{'after' if mine > peers else 'before'} it: the ranks wait for each other")
+                 f"{'after' if mine > peers else 'before'} it: its placement makes the ranks wait for each other")
         yield Finding(title=title, confidence=min(0.9, 0.5 + 0.4 * cons / max(1, steps)), cost=min(1.0, cost),
                       evidence=ev, subject=Subject(ranks=[r], process_group=pg, collective={"op": op, "seq": None}),
                       involved=set(int(x) for x in (ctx.report.get("job") or {}).get("ranks") or []) | {r})

@@ -105,7 +105,7 @@ def test_sync002_names_the_rank_and_call_site_and_absorbs_the_exposed_comm():
     (f,) = list(misplaced_collective(Context(rep)))
     assert (f.subject.ranks, f.subject.process_group, f.cost) == ([2], "0", 0.3)
     assert f.title == ("Rank 2 calls the 1st collective of group 0's step (allreduce) after work its peers do "
-                       "after it: the ranks wait for each other")
+                       "after it: its placement makes the ranks wait for each other")
     assert "after 0.30 ms of compute in its step, its peers after 0.00 ms" in f.evidence[0].text
     rep["cross_rank"]["placement"]["misplaced"][0]["cost_share"] = 0.04
     assert list(misplaced_collective(Context(rep))) == []  # below placement_cost_min

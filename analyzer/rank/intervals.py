@@ -132,6 +132,10 @@ def clipped_lengths(iv: Intervals, lo: np.ndarray, hi: np.ndarray) -> np.ndarray
     return covered_before(hi) - covered_before(lo)
 
 
+#: A thread blocked on a collective wakes up this soon after the collective's span ends (gloo, contended CPU).
+WAKE_NS = 1_000_000
+
+
 def exclusive_compute(start: np.ndarray, end: np.ndarray, stream: np.ndarray, comm_op: np.ndarray,
                       comm: Intervals, waits: Intervals | None = None) -> tuple[Intervals, Intervals]:
     """Compute of nested CPU op spans with the communication inside them taken out: (compute, comm ops).
@@ -141,12 +145,15 @@ def exclusive_compute(start: np.ndarray, end: np.ndarray, stream: np.ndarray, co
     Counting the outer span as compute makes a rank that waits for a straggler look as busy as the straggler.
     ``comm_op`` marks the rows that are communication ops themselves (functional collectives and their waits):
     they become communication (the second set). Of the rest, a span's time covered by a leaf op (no op
-    starts inside it) is compute; the time a parent covers alone is compute only where no communication
-    (``comm``: the gloo spans, and the ``comm_op`` rows) is in flight — there the thread waits on it.
-    ``waits``: more spans in which a thread is inside a communication call though they are no rows here (the
-    parser keeps ``c10d::allreduce_``, ``c10d::wait``, ``c10d::_allgather_base_`` … apart, in ``cpu_comm``): a
-    parent's own time inside them is not compute either. Exclusive time, as in a profiler's "self time", by
-    interval set algebra on the whole trace at once (no loop over events): docs/metrics.md.
+    starts inside it) is compute; a gap a parent covers alone (no child op running) that ends within
+    ``WAKE_NS`` of the end of a communication span overlapping it (``comm``: the gloo spans, and the
+    ``comm_op`` rows) is the thread blocked on that communication: its overlap with it is not compute. Other
+    parent-only time (Python glue while a gradient all-reduce runs on gloo's thread) stays compute.
+    ``waits``: spans in which a thread is inside a communication call though they are no rows here (the parser
+    keeps ``c10d::allreduce_``, ``c10d::wait``, ``c10d::_allgather_base_`` … apart, in ``cpu_comm``): a parent's
+    own time inside them is never compute, and they count as communication a blocked gap may end with.
+    Exclusive time, as in a profiler's "self time", by interval set algebra on the whole trace at once (no loop
+    over events): docs/metrics.md.
     """
     s, e = np.asarray(start, np.int64), np.asarray(end, np.int64)
     st, op = np.asarray(stream), np.asarray(comm_op, bool)
@@ -162,9 +169,20 @@ def exclusive_compute(start: np.ndarray, end: np.ndarray, stream: np.ndarray, co
     child[order] = has_child
     plain = ~op
     leaves = union(s[plain & ~child], e[plain & ~child])
+    spans = union(s[plain], e[plain])
+    alone = difference(spans, leaves)  # time a parent covers with no child op running: glue, or a blocked wait
     w = waits if waits is not None else empty()
+    if w[0].size and alone[0].size:  # inside a c10d call: the thread communicates or waits, whatever follows
+        spans = difference(spans, intersect(alone, union(w[0], w[1])))
     waiting = union(np.concatenate([comm[0], ops[0], np.asarray(w[0], np.int64)]),
                     np.concatenate([comm[1], ops[1], np.asarray(w[1], np.int64)]))
-    parents = difference(union(s[plain], e[plain]), waiting)
-    both = union(np.concatenate([leaves[0], parents[0]]), np.concatenate([leaves[1], parents[1]]))
-    return both, ops
+    if alone[0].size and waiting[0].size:
+        # a blocked wait ends when the communication it waits on ends: keep as compute the parent-only gaps that
+        # do not end within WAKE_NS of the end of a communication span that overlaps them
+        ends = np.sort(waiting[1])
+        k = np.searchsorted(ends, alone[1] + WAKE_NS, side="right") - 1
+        cand = np.where(k >= 0, ends[np.maximum(k, 0)], np.iinfo(np.int64).min)
+        blocked = (k >= 0) & (cand >= alone[1] - WAKE_NS) & (cand > alone[0])
+        wait = intersect(union(alone[0][blocked], alone[1][blocked]), waiting)
+        spans = difference(spans, wait)
+    return union(np.concatenate([leaves[0], spans[0]]), np.concatenate([leaves[1], spans[1]])), ops

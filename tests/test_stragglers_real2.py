@@ -1,0 +1,99 @@
+"""Stragglers in noise, collective placement and stage noise on the second real CPU test bed
+(fixtures/real-cpu-perf-2, truth measured inside each job; judge.py decides what the first warning must be).
+
+Tuned on the runs with `"held_out": false`; the held-out runs are scored by fixtures/real-cpu-perf-2/score.py and
+their figures are in docs/performance.md ("Diagnoses on the second test bed"); nothing here asserts on them
+(one of them, tp2-clean, fails the clean-run guarantee: see there).
+"""
+from __future__ import annotations
+
+import json
+import sys
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+from analyzer.load.job import load_job
+from analyzer.report.assemble import run_analysis
+
+BED = Path(__file__).resolve().parents[1] / "fixtures/real-cpu-perf-2"
+sys.path.insert(0, str(BED))
+import judge  # noqa: E402  (the bed's own judge: stdlib only)
+
+
+def _truth(run: str) -> dict:
+    return json.loads((BED / run / "truth.json").read_text())
+
+
+@lru_cache(maxsize=None)
+def _report(run: str) -> dict:
+    return run_analysis(load_job([str(BED / run)], jobs=1))
+
+
+def _runs(kinds: tuple, held_out: bool) -> list[str]:
+    return [d.name for d in sorted(BED.iterdir()) if (d / "truth.json").exists()
+            and _truth(d.name)["kind"] in kinds and bool(_truth(d.name)["held_out"]) == held_out]
+
+
+#: stragglers the first warning names right (rank and kind), tuned runs; pp2-host-15 is a pipeline stage
+#: straggler (send/recv only: not judged by the collective hold-ups) and stays unnamed
+NAMED = ["ddp4-data-25", "ddp4-host-15", "fsdp3-compute-25", "fsdp3-data-15", "fsdp3-host-10", "tp2-compute-15",
+         "tp2-host-25"]
+
+
+@pytest.mark.parametrize("run", NAMED)
+def test_the_first_warning_names_the_straggler_and_its_kind(run):
+    ok, why = judge.judge(_truth(run), _report(run)["findings"])
+    assert ok, why
+
+
+def test_a_host_straggler_whose_hold_ups_noise_splits_is_named_by_its_consistent_excess():
+    """ddp4-host-15: rank 2 holds 0.64 of the hold-ups (below 0.75; rank 1 takes steps 4-5), but its host time
+    exceeds its peers' in 5 of 5 steps by 13.7 % (±3.4 %) against the others' ±0.2 % noise."""
+    rep = _report("ddp4-host-15")
+    row = next(r for r in rep["cross_rank"]["stragglers"]["per_rank"] if r["rank"] == 2)
+    assert 0.4 <= row["holdup_share"] < 0.75
+    assert row["consistent_excess"] and row["excess_kind"] == "host"
+    assert (row["excess_steps_above"], row["excess_steps"]) == (5, 5)
+    assert row["excess_share"] == pytest.approx(0.137, abs=0.02) and row["excess_spread"] < 0.06
+    f = rep["findings"][0]
+    text = " ".join(e["text"] for e in f["evidence"])
+    assert "exceeds its peers' median in 5 of 5 steps by" in text and "standard errors" in text
+
+
+def test_compute_nested_waits_are_not_compute():
+    """FSDP2's pre-backward all_gather wait inside `evaluate_function`, DTensor's wait_tensor: once they count as
+    waiting, the compute straggler's compute is the one above its peers'."""
+    for run, rank in (("fsdp3-compute-25", 1), ("tp2-compute-15", 1)):
+        s = _report(run)["cross_rank"]["stragglers"]
+        assert (s["straggler"], s["attribution"]) == (rank, "compute"), run
+
+
+def test_a_misplaced_metrics_all_reduce_is_named_with_its_rank_and_call_site():
+    rep = _report("ddp4-misplaced-r1")
+    (m,) = rep["cross_rank"]["placement"]["misplaced"]
+    assert (m["rank"], m["op"], m["nelems"], m["index_in_step"], m["late"]) == (1, "allreduce", 4, 0, True)
+    assert m["steps_consistent"] == m["steps"] == 5
+    assert m["peers_compute_before_us"] < 1000 < 30_000 < m["compute_before_us"]  # after its ~40 ms forward
+    f = rep["findings"][0]
+    assert (f["id"], f["subject"]["ranks"], f["severity"]) == ("SYNC002", [1], "warning")
+    assert 0.15 <= f["cost"] <= 0.35  # truth: 28.8 % of the step
+    assert {"COMM001", "LOAD001"} <= {c["id"] for c in f["consequences"]}  # the waits, not their causes
+
+
+@pytest.mark.parametrize("run", [r for r in _runs(("none", "comm_bound"), held_out=False) if r != "ddp4-clean"])
+def test_clean_runs_get_no_straggler_finding(run):
+    assert judge.straggler_on_clean(_truth(run), _report(run)["findings"]) is None
+
+
+@pytest.mark.xfail(strict=True, reason="rank 2 of this clean run is the last at 14 of 15 all-reduces and computes "
+                                       "25 % more than its peers in 5 of 5 steps in the trace (the shared machine's "
+                                       "scheduler): nothing in the traces tells it from a compute straggler")
+def test_clean_ddp4_has_no_straggler():
+    assert judge.straggler_on_clean(_truth("ddp4-clean"), _report("ddp4-clean")["findings"]) is None
+
+
+def test_identical_pipeline_stages_are_not_named_heavy():
+    f = next(f for f in _report("pp2-1f1b-clean")["findings"] if f["id"] == "PIPE001")
+    assert not any("the other stages wait for it" in e["text"] for e in f["evidence"])
