@@ -151,7 +151,7 @@ def exclusive_compute(start: np.ndarray, end: np.ndarray, stream: np.ndarray, co
     parent-only time (Python glue while a gradient all-reduce runs on gloo's thread) stays compute.
     ``waits``: spans in which a thread is inside a communication call though they are no rows here (the parser
     keeps ``c10d::allreduce_``, ``c10d::wait``, ``c10d::_allgather_base_`` … apart, in ``cpu_comm``): a parent's
-    own time inside them is never compute, and they count as communication a blocked gap may end with.
+    own time inside them is never compute (only that time: they do not make the rest of a gap a wait).
     Exclusive time, as in a profiler's "self time", by interval set algebra on the whole trace at once (no loop
     over events): docs/metrics.md.
     """
@@ -174,8 +174,8 @@ def exclusive_compute(start: np.ndarray, end: np.ndarray, stream: np.ndarray, co
     w = waits if waits is not None else empty()
     if w[0].size and alone[0].size:  # inside a c10d call: the thread communicates or waits, whatever follows
         spans = difference(spans, intersect(alone, union(w[0], w[1])))
-    waiting = union(np.concatenate([comm[0], ops[0], np.asarray(w[0], np.int64)]),
-                    np.concatenate([comm[1], ops[1], np.asarray(w[1], np.int64)]))
+    # the calls are no ends a blocked gap waits for: DDP's glue around a c10d::allreduce_ enqueue stays compute
+    waiting = union(np.concatenate([comm[0], ops[0]]), np.concatenate([comm[1], ops[1]]))
     if alone[0].size and waiting[0].size:
         # a blocked wait ends when the communication it waits on ends: keep as compute the parent-only gaps that
         # do not end within WAKE_NS of the end of a communication span that overlaps them
