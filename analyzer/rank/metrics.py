@@ -32,9 +32,11 @@ def kind_sets(trace: KinetoTrace) -> dict[str, iv.Intervals]:
         ids = a["name_id"].to_numpy()[cmask]
         is_comm = comm_op_mask(names if names is not None else [])  # per distinct name, not per event
         op = is_comm[ids] if len(is_comm) and len(ids) and ids.max() < len(is_comm) else np.zeros(len(ids), bool)
-        cc = getattr(trace, "cpu_comm", None)  # c10d::* / nccl:* calls the parser keeps apart from the ops
-        waits = iv.union(cc["start"].to_numpy(), cc["end"].to_numpy()) if cc is not None and len(cc) else None
-        compute, ops = iv.exclusive_compute(s[cmask], e[cmask], a["stream"].to_numpy()[cmask], op, comm, waits)
+        thread = a["stream"].to_numpy()[cmask]
+        cc = getattr(trace, "cpu_comm", None)  # c10d::* calls the parser keeps apart, on the compute threads only
+        own = cc[np.isin(cc["tid"].to_numpy(), np.unique(thread))] if cc is not None and len(cc) else None
+        waits = iv.union(own["start"].to_numpy(), own["end"].to_numpy()) if own is not None and len(own) else None
+        compute, ops = iv.exclusive_compute(s[cmask], e[cmask], thread, op, comm, waits)
         comm = iv.union(np.concatenate([comm[0], ops[0]]), np.concatenate([comm[1], ops[1]]))
     return {
         "compute": compute,
