@@ -182,7 +182,11 @@ def straggler(ctx: Context) -> Iterator[Finding]:
     In synchronous training the slowest rank sets the pace: the others' waits inside collectives show up as
     communication time (so a straggler inflates comm share and lowers overlap, listed as consequences). Judged
     by the delay it alone causes (the others have all arrived and wait for it) and by its part of all such
-    delay; arrival counts are supporting evidence (docs/cross-rank.md). Falls back on per-step compute when
+    delay; arrival counts are supporting evidence (docs/cross-rank.md). On a noisy machine, where the hold-ups
+    split between ranks, a rank whose own compute or host time exceeds its peers' median consistently (≥ 80 %
+    of ≥ 3 steps, by ≥ 5 % of the step and ≥ 3 standard errors of the peers' noise) and whose delay recurs in
+    half the steps needs only ``straggler_share_consistent`` of the hold-ups; one the hold-ups name without
+    such an excess (and no link difference) is a "may be". Falls back on per-step compute when
     there are no cross-rank data. Cost: its delay per step as a fraction of the median step. A finding with
     confidence below 0.5 (both thresholds passed by thin margins, where a clean run's noise lives) is an info
     titled "may be a straggler".

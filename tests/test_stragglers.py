@@ -131,3 +131,25 @@ def test_hold_up_share_is_per_group():
     inst, mem = _held(rows)
     sh = holdup_shares(step_delays(_job({}, ranks=(0, 1, 2, 3)), inst, mem, by_group=True))
     assert sh[1] == 1.0 and sh[0] == 1.0  # rank 1 owns the tp group's waiting, rank 0 its dp group's
+
+
+def test_excess_consistency_is_a_sign_test_with_an_effect_size_above_the_peers_noise():
+    """Rank 3 computes 20 % of the step more than its peers in 3 of 3 steps, against peers within ±1 %: consistent;
+    rank 1 is 6 % above in 2 of 3 steps only: not."""
+    from types import SimpleNamespace
+
+    from analyzer.cross_rank.stragglers import excess_consistency
+    step = 1_000_000
+    extra = {0: (0, 10_000, -10_000), 1: (60_000, 60_000, -60_000), 2: (-10_000, 0, 10_000),
+             3: (200_000, 180_000, 220_000)}
+    sm = pd.DataFrame([{"rank": r, "step": s, "step_time_ns": step, "compute_ns": 500_000 + extra[r][i]}
+                       for r in range(4) for i, s in enumerate((1, 2, 3))])
+    traces = {r: SimpleNamespace(first_gaps=pd.DataFrame({"step": [1, 2, 3], "gap_ns": [1000, 1000, 1000]}))
+              for r in range(4)}
+    out = excess_consistency(SimpleNamespace(step_metrics=sm, traces=traces)).set_index("rank")
+    r3 = out.loc[3]
+    assert (r3["excess_kind"], r3["excess_steps"], r3["excess_steps_above"], bool(r3["consistent"])) == \
+        ("compute", 3, 3, True)
+    # peers' median per step: step 1 → median(0, 60k, −10k) = 0 → +200k; step 2 → 10k → +170k; step 3 → −10k → +230k
+    assert r3["excess_share"] == 0.2 and abs(r3["excess_spread"] - 1.4826 * 0.03) < 1e-9
+    assert not bool(out.loc[1, "consistent"])

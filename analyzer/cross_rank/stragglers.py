@@ -247,7 +247,7 @@ def excess_consistency(job: Any) -> pd.DataFrame:
     rows = []
     for kind, df, col in (("compute", sm, "compute_ns"), ("host", first_activity_gap(job), "gap_ns")):
         ex = _per_step_excess(df, col, ref)
-        if not len(ex) or ex.shape[1] < 3:  # two ranks: each one's excess is the other's deficit
+        if not len(ex) or ex.shape[1] < 2:
             continue
         a = ex.to_numpy(float)
         n, k = a.shape
@@ -256,7 +256,8 @@ def excess_consistency(job: Any) -> pd.DataFrame:
         noise = np.empty(k)
         for j in range(k):  # k ranks, a few steps each: small
             o = np.delete(a, j, axis=1).ravel()
-            noise[j] = 1.4826 * np.median(np.abs(o - np.median(o)))
+            # two ranks: the other's excess is this one's deficit, so the noise is the difference's own spread
+            noise[j] = spread[j] if k == 2 else 1.4826 * np.median(np.abs(o - np.median(o)))
         noise = np.maximum(noise, NOISE_FLOOR)
         z = eff / (noise / np.sqrt(n))
         above = (a > 0).sum(axis=0)
