@@ -63,3 +63,8 @@ def comm_op_mask(names) -> "np.ndarray":
     """Per distinct name (a trace's name table), whether it is a communication op: index it with name ids."""
     import numpy as np
     return np.fromiter((is_comm_op(n) for n in names), dtype=bool, count=len(names))
+
+
+#: CPU calls that only wait on communication already issued (or on the peers): their whole span is a wait. The
+#: issuing calls (``c10d::allreduce_`` …) are not in this list: their time is the host's enqueue, mostly.
+WAIT_OP = re.compile(r"^(?:_?c10d_functional::wait_tensor|c10d::wait|c10d::barrier|c10d::monitored_barrier_?)$")

@@ -14,7 +14,7 @@ import pytest
 import analyzer
 from analyzer.rank import intervals as iv
 from analyzer.rank.metrics import rank_step_metrics
-from parsers.collective_names import comm_op_mask, is_comm_op
+from parsers.collective_names import WAIT_OP, comm_op_mask, is_comm_op
 from parsers.kineto import load_trace
 from tests import kineto_builder as kb
 
@@ -34,6 +34,8 @@ def test_comm_op_names():
               "record_param_comms_extra", "perfbed::accelerator_time", ""):
         assert not is_comm_op(n), n
     assert comm_op_mask(["aten::add", "c10d::wait"]).tolist() == [False, True]
+    assert [bool(WAIT_OP.match(n)) for n in ("c10d::wait", "_c10d_functional::wait_tensor", "c10d::barrier",
+                                             "c10d::allreduce_", "c10d::_allgather_base_")] == [True] * 3 + [False] * 2
 
 
 def test_exclusive_compute_exact():
@@ -59,9 +61,9 @@ def _cpu_op(name, ts, dur, tid=1, cat="cpu_op"):
 
 
 def _cpu_doc() -> dict:
-    """One gloo step [0, 2000) µs: an FSDP2-style backward span holding the all_gather wait, a DTensor-style
-    functional all_reduce + wait_tensor, and a leaf of real compute."""
-    ev = [_cpu_op("ProfilerStep#1", 0, 2000, cat="user_annotation"),
+    """One gloo step [0, 2500) µs: an FSDP2-style backward span holding the all_gather wait, a DTensor-style
+    functional all_reduce + wait_tensor, a leaf of real compute, and a backward span holding a `c10d::wait`."""
+    ev = [_cpu_op("ProfilerStep#1", 0, 2500, cat="user_annotation"),
           _cpu_op("autograd::engine::evaluate_function: AddmmBackward0", 0, 1000),
           _cpu_op("aten::mm", 0, 300),
           _cpu_op("FSDP::all_gather (1)", 300, 600, cat="user_annotation"),
@@ -71,7 +73,10 @@ def _cpu_doc() -> dict:
           _cpu_op("_c10d_functional::all_reduce", 1000, 50),
           _cpu_op("gloo:all_reduce", 1040, 450, tid=2, cat="user_annotation"),
           _cpu_op("_c10d_functional::wait_tensor", 1050, 450),
-          _cpu_op("aten::gelu", 1500, 500)]
+          _cpu_op("aten::gelu", 1500, 500),
+          _cpu_op("autograd::engine::evaluate_function: MulBackward0", 2000, 500),
+          _cpu_op("aten::mul", 2000, 100),
+          _cpu_op("c10d::wait", 2100, 300)]  # a wait the parser keeps apart, nothing of gloo's in flight
     return {"schemaVersion": 1, "distributedInfo": {"backend": "gloo", "rank": 0, "world_size": 2},
             "traceEvents": ev}
 
@@ -79,8 +84,9 @@ def _cpu_doc() -> dict:
 def test_cpu_trace_nested_comm_is_not_compute(tmp_path):
     t = load_trace(kb.write(tmp_path / "rank0.json", _cpu_doc()))
     m = rank_step_metrics(t).iloc[0]
-    # compute: aten::mm 300 + the span's own time outside any communication [880, 900) 20 + aten::add 100 + gelu 500
-    assert m["compute_ns"] == 920_000
+    # compute: aten::mm 300 + the span's own time around the gloo wait ([300, 350) issuing, [880, 900) after) 70
+    # + aten::add 100 + gelu 500 + aten::mul 100 + the last span's own time outside its c10d::wait 100
+    assert m["compute_ns"] == 1_170_000
     # comm: the gloo spans [350, 880) and [1040, 1490) and the functional ops [1000, 1500)
     assert m["comm_ns"] == 530_000 + 500_000
     assert m["overlap_ns"] == 0 and m["exposed_comm_ns"] == 1_030_000

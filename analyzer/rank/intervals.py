@@ -149,9 +149,10 @@ def exclusive_compute(start: np.ndarray, end: np.ndarray, stream: np.ndarray, co
     ``WAKE_NS`` of the end of a communication span overlapping it (``comm``: the gloo spans, and the
     ``comm_op`` rows) is the thread blocked on that communication: its overlap with it is not compute. Other
     parent-only time (Python glue while a gradient all-reduce runs on gloo's thread) stays compute.
-    ``waits``: spans in which a thread is inside a communication call though they are no rows here (the parser
-    keeps ``c10d::allreduce_``, ``c10d::wait``, ``c10d::_allgather_base_`` … apart, in ``cpu_comm``): a parent's
-    own time inside them is never compute (only that time: they do not make the rest of a gap a wait).
+    ``waits``: spans in which a thread waits on communication though they are no rows here (the parser keeps
+    ``c10d::wait``, ``c10d::barrier`` … apart, in ``cpu_comm``; metrics.kind_sets passes those of the compute
+    threads): a parent's own time inside them is never compute (only that time: they do not make the rest of a gap
+    a wait).
     Exclusive time, as in a profiler's "self time", by interval set algebra on the whole trace at once (no loop
     over events): docs/metrics.md.
     """

@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 
 from analyzer.rank import intervals as iv
-from parsers.collective_names import comm_op_mask
+from parsers.collective_names import WAIT_OP, comm_op_mask
 from parsers.kineto import KinetoTrace
 
 #: Columns of the per-step table; durations are int64 nanoseconds, shares are fractions (NaN when undefined).
@@ -33,8 +33,9 @@ def kind_sets(trace: KinetoTrace) -> dict[str, iv.Intervals]:
         is_comm = comm_op_mask(names if names is not None else [])  # per distinct name, not per event
         op = is_comm[ids] if len(is_comm) and len(ids) and ids.max() < len(is_comm) else np.zeros(len(ids), bool)
         thread = a["stream"].to_numpy()[cmask]
-        cc = getattr(trace, "cpu_comm", None)  # c10d::* calls the parser keeps apart, on the compute threads only
-        own = cc[np.isin(cc["tid"].to_numpy(), np.unique(thread))] if cc is not None and len(cc) else None
+        cc = getattr(trace, "cpu_comm", None)  # c10d waits the parser keeps apart, on the compute threads only
+        own = cc[np.isin(cc["tid"].to_numpy(), np.unique(thread)) & cc["name"].astype(str).str.match(WAIT_OP)
+                 .to_numpy(bool)] if cc is not None and len(cc) else None
         waits = iv.union(own["start"].to_numpy(), own["end"].to_numpy()) if own is not None and len(own) else None
         compute, ops = iv.exclusive_compute(s[cmask], e[cmask], thread, op, comm, waits)
         comm = iv.union(np.concatenate([comm[0], ops[0]]), np.concatenate([comm[1], ops[1]]))
