@@ -45,3 +45,26 @@ def op_from_kernel_name(kernel: str) -> str:
     from parsers.comm_kernels import DEFAULT_TABLE
     hit = DEFAULT_TABLE.match(kernel)
     return hit[1] if hit is not None else "unknown"
+
+
+#: CPU ops that are communication, or a wait on it, wherever they sit (a compute span may hold them): functional
+#: collectives (DTensor, torch.compile, funcol: ``_c10d_functional::all_reduce`` issues, ``…::wait_tensor``
+#: blocks until the peers are done), their autograd forms, the eager c10d ops and waits (``c10d::allreduce_``,
+#: ``c10d::wait``), ``record_param_comms``, and the backends' own spans (``gloo:all_reduce``, ``nccl:…``).
+_COMM_OP = re.compile(r"^(?:_?c10d_functional(?:_autograd)?::|c10d::|record_param_comms$|gloo:|nccl:|symm_mem::)")
+
+
+def is_comm_op(name: str) -> bool:
+    """True for a CPU op that communicates or waits on communication (see ``_COMM_OP``)."""
+    return bool(_COMM_OP.match(str(name)))
+
+
+def comm_op_mask(names) -> "np.ndarray":
+    """Per distinct name (a trace's name table), whether it is a communication op: index it with name ids."""
+    import numpy as np
+    return np.fromiter((is_comm_op(n) for n in names), dtype=bool, count=len(names))
+
+
+#: CPU calls that only wait on communication already issued (or on the peers): their whole span is a wait. The
+#: issuing calls (``c10d::allreduce_`` …) are not in this list: their time is the host's enqueue, mostly.
+WAIT_OP = re.compile(r"^(?:_?c10d_functional::wait_tensor|c10d::wait|c10d::barrier|c10d::monitored_barrier_?)$")

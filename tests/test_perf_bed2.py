@@ -37,14 +37,11 @@ XFAIL_FIRST: dict[str, str] = {
     "ddp4-misplaced-r3": "today: right rank, wrong kind: LOAD001 r3 (unknown)",
     "ddp4-onebucket-commbound": "today: COMM001 advises lowering the bucket size on a one-bucket model",
     "fsdp3-clean": "today: clean run warned first: COMM001 r0,1,2",
-    "fsdp3-compute-25": "today: right rank, wrong kind: LOAD001 r1 (unknown)",
-    "fsdp3-compute-40": "today: right rank, wrong kind: LOAD001 r2 (unknown)",
     "fsdp3-host-10": "today: wrong rank: COMM001 r0,1,2",
     "pp2-1f1b-clean": "today: clean run warned first: PIPE001 r0,1",
     "pp2-compute-40": "today: wrong rank: PIPE001 r0,1",
     "pp2-host-15": "today: no warning",
     "pp4-gpipe-cpu-clean": "today: clean run warned first: PIPE001 r0,1,2,3",
-    "tp2-compute-15": "today: right rank, wrong kind: LOAD001 r1 (unknown)",
 }
 #: clean run -> today's straggler finding
 XFAIL_CLEAN: dict[str, str] = {

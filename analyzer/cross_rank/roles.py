@@ -8,12 +8,13 @@ DP, all-to-all → EP, …), not as "world".
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 import pandas as pd
 
 from analyzer.cross_rank.member_parts import as_parts
+from analyzer.cross_rank.topology import infer_role
 from analyzer.load.job import ask_ranks
 from analyzer.rank import intervals as iv
 from analyzer.rank.metrics import step_windows
@@ -128,3 +129,126 @@ def role_metrics(job: Any, members: Any, offset_of: dict, role_of: dict[str, str
             "collectives_per_step": a["calls"] / n_ranks / max(1, n_steps),
         })
     return out
+
+
+# --- which role a group plays, from what identifies it ---------------------------------------------------------------
+
+#: A collective issued before this share of its step's compute is in the forward pass (a backward costs about
+#: twice its forward, so the forward is the first third of the step's compute).
+FORWARD_SHARE = 1 / 3
+#: Of the (rank, step)s a group is active in, the share that must show the tensor-parallel pattern.
+TP_STEP_SHARE = 0.5
+_REDUCTIONS = ("allreduce", "reducescatter")
+_SIZED = ("allreduce", "reducescatter", "allgather")
+
+
+def group_role_facts(coll: Any) -> dict[str, dict]:
+    """Per process group, what tells its role, from every member row (``coll``: a DataFrame or a dict of columns
+    with rank, step, op, nelems, process_group, compute_before — the rank's share of the step's compute done
+    before the row started, analyzer/rank/summary.py).
+
+    Per (rank, step): the reductions (all-reduce / reduce-scatter), those issued in the forward (before
+    FORWARD_SHARE of the step's compute) whose payload recurs later in the step (an all-reduce / reduce-scatter /
+    all-gather of the same element count: the layer's activation, reduced in forward and backward — tensor
+    parallelism per layer), and the share of the step's compute done before the first reduction. A step shows the
+    tensor-parallel pattern when at least two such forward reductions recur, or one when it is half the step's
+    reductions (a one-layer model). Gradient reduction (DP / FSDP) issues none in the forward; a metrics all-reduce
+    or a loss all-reduce in the forward has a payload nothing later repeats. Vectorised over rows (groupby)."""
+    need = ("rank", "step", "op", "nelems", "process_group", "compute_before")
+    if coll is None or any(k not in coll for k in need) or not len(coll["rank"]):
+        return {}
+    step = np.asarray(coll["step"])
+    op = np.asarray(coll["op"]).astype(str)
+    keep = (step >= 0) & np.isin(op, _SIZED)
+    if not keep.any():
+        return {}
+    df = pd.DataFrame({"g": np.asarray(coll["process_group"])[keep].astype(str), "rank": np.asarray(coll["rank"])[keep],
+                       "step": step[keep], "op": op[keep], "n": np.asarray(coll["nelems"], np.int64)[keep],
+                       "cb": np.asarray(coll["compute_before"], np.float64)[keep]})
+    df["red"] = df["op"].isin(_REDUCTIONS)
+    df["early"] = df["cb"] < FORWARD_SHARE  # NaN (a step with no compute) is not early
+    key = ["g", "rank", "step"]
+    late = df[~df["early"] & (df["n"] > 0)][key + ["n"]].drop_duplicates()
+    late["later"] = True
+    df = df.merge(late, on=key + ["n"], how="left")
+    df["later"] = df["later"].fillna(False).astype(bool)
+    df["pattern"] = df["red"] & df["early"] & df["later"] & (df["n"] > 0)
+    df["red_cb"] = df["cb"].where(df["red"])
+    df["known"] = df["red"] & (df["n"] > 0)
+    df["early_red"] = df["red"] & df["early"]
+    per = df.groupby(key, sort=False).agg(n_red=("red", "sum"), n_pattern=("pattern", "sum"),
+                                          n_early_red=("early_red", "sum"), first_red=("red_cb", "min"),
+                                          known=("known", "sum")).reset_index()
+    per["tp_step"] = (per["n_pattern"] >= 2) | ((per["n_pattern"] >= 1) & (2 * per["n_pattern"] >= per["n_red"]))
+    # the most common recurring payload per group (value_counts sorts by count; ties: the smaller size)
+    vc = df[df["pattern"]].groupby(["g", "n"]).size().reset_index(name="c")
+    vc = vc.sort_values(["g", "c", "n"], ascending=[True, False, True]).drop_duplicates("g")
+    payload = dict(zip(vc["g"], vc["n"].astype(int)))
+    out = {}
+    for g, sub in per.groupby("g", sort=False):
+        red_steps = sub[sub["n_red"] > 0]
+        out[str(g)] = {
+            "rank_steps": int(len(sub)),
+            "tp_steps": int(sub["tp_step"].sum()),
+            "reductions_per_step": float(sub["n_red"].median()),
+            "forward_reductions_per_step": float(sub["n_early_red"].median()),
+            "recurring_per_step": float(sub["n_pattern"].median()),
+            "payload_known": bool((sub["known"] > 0).any()),
+            "first_reduction_share": float(red_steps["first_red"].median()) if len(red_steps)
+            and red_steps["first_red"].notna().any() else None,
+            "activation_nelems": payload.get(str(g)),
+        }
+    return out
+
+
+def _tp_pattern(facts: Optional[dict]) -> bool:
+    return bool(facts) and facts["rank_steps"] > 0 and facts["tp_steps"] >= TP_STEP_SHARE * facts["rank_steps"]
+
+
+def _tp_evidence(f: dict) -> str:
+    size = f"{f['activation_nelems']:,} elements" if f.get("activation_nelems") else "the same size"
+    return (f"{f['reductions_per_step']:.0f} reductions per step, {f['forward_reductions_per_step']:.0f} of them in "
+            f"the forward pass (before {FORWARD_SHARE:.0%} of the step's compute) and the same payloads ({size}) "
+            f"again later in the step: activations reduced per layer in forward and backward "
+            f"({f['tp_steps']} of {f['rank_steps']} rank-steps) — tensor parallelism")
+
+
+def _dp_evidence(f: dict) -> str:
+    first = f.get("first_reduction_share")
+    where = f"; the first after {first:.0%} of the step's compute" if first is not None else ""
+    fwd = f.get("forward_reductions_per_step") or 0
+    none = ("none in the forward pass" if not fwd else
+            f"{fwd:.0f} in the forward pass whose payload nothing later repeats (a metric or loss, not a layer)")
+    return f"{none}{where}: gradient-sized reductions after the backward"
+
+
+def judge_role(name: str, ranks: list[int], world: int, ops: dict[str, int], per_step: float,
+               first_pos: Optional[float], facts: Optional[dict]) -> tuple[str, str, str]:
+    """(role, judged_role, evidence) of one process group.
+
+    ``role`` is topology.infer_role's (``world`` for the default group); ``judged_role`` what the group does. Send /
+    recv and all-to-all keep their roles (pp, ep). Otherwise the group is tensor-parallel when its reductions show
+    the per-layer pattern of ``group_role_facts`` (DTensor's Colwise/Rowwise all-reduces, Megatron's, sequence
+    parallelism's reduce-scatters) in most of its rank-steps — whether or not it spans the world, and whether or
+    not its first collective comes early. A group with known payloads and no such pattern is not judged TP on an
+    early first collective alone (a metrics all-reduce before the forward is not a layer). The evidence names
+    what was seen."""
+    from analyzer.cross_rank.section import world_group_role  # the traffic rule for the default group
+    role, evidence = infer_role(name, ranks, world, ops, per_step, first_pos)
+    judged = world_group_role(ops) if role == "world" else role
+    if judged in ("pp", "ep"):
+        return role, judged, evidence
+    if _tp_pattern(facts):
+        ev = _tp_evidence(facts)
+        if role == "world":
+            return role, "tp", f"{evidence}; {ev}"
+        return "tp", "tp", ev
+    if not (facts and facts.get("payload_known") and facts.get("reductions_per_step")):
+        return role, judged, evidence
+    if role == "tp" and not (ops.get("allgather", 0) and ops.get("reducescatter", 0)):
+        # only the early-first-collective test said TP, and the payloads show no layer pattern: gradient reduction
+        role = judged = "dp"
+        return role, judged, f"gradient reduction: {per_step:.1f} collectives per step; {_dp_evidence(facts)}"
+    if judged in ("dp", "fsdp"):
+        evidence = f"{evidence}; {_dp_evidence(facts)}"
+    return role, judged, evidence

@@ -20,9 +20,9 @@ from analyzer.cross_rank import pipeline as pl
 from analyzer.cross_rank import placement as pc
 from analyzer.cross_rank import stragglers as sg
 from analyzer.cross_rank.member_parts import MemberParts, partition_cuts
-from analyzer.cross_rank.roles import role_metrics
+from analyzer.cross_rank.roles import group_role_facts, judge_role, role_metrics
 from analyzer.load.job import Job
-from analyzer.cross_rank.topology import Hosts, declared_groups, group_span, infer_role, resolve_hosts
+from analyzer.cross_rank.topology import Hosts, declared_groups, group_span, resolve_hosts
 from analyzer.rank import intervals as iv
 
 #: Unlabelled send/recv pair when their aligned ends are this close (plus 5× the alignment residual).
@@ -47,6 +47,8 @@ class CrossRank:
     desync: list = field(default_factory=list)  # collectives one rank lacks / adds / reorders (desync.py)
     #: per group: median share of the step's compute done before its first collective (infer_role's first_pos)
     first_compute: dict = field(default_factory=dict)
+    #: per group: what tells its role (roles.group_role_facts: reductions in the forward, recurring payloads)
+    role_facts: dict = field(default_factory=dict)
 
     @property
     def members(self) -> pd.DataFrame:
@@ -118,6 +120,7 @@ def _analyse(job: Job, gpus_per_node: Optional[int]) -> CrossRank:
             p2p.loc[unl, "peer"] = found
     del obs
     first_compute = first_compute_shares(coll)
+    role_facts = group_role_facts(coll)
     expected = {("collective", k): m for k, m in keys.members.items()}
     unmatched = 0
     pr = None
@@ -132,7 +135,7 @@ def _analyse(job: Job, gpus_per_node: Optional[int]) -> CrossRank:
     del pr
     unmatched += int((~inst["complete"]).sum())
     return CrossRank(hosts, al, inst, members, expected, keys.method, unmatched, declared, desyncs,
-                     first_compute)
+                     first_compute, role_facts)
 
 
 #: The member table's columns before its waits and durations are added (docs/cross-rank.md).
@@ -311,9 +314,10 @@ def _groups_section(job: Job, cr: CrossRank) -> list[dict]:
         coll_sub = sub[sub["kind"] == "collective"] if len(sub) else sub
         per_step = len(coll_sub) / nsteps if len(coll_sub) else 0.0
         hs, span = group_span(ranks, cr.hosts)
-        role, evidence = infer_role(name, ranks, world, ops, per_step, pos.get(name))
-        # the world group is judged by what it carries (a plain DDP job's only group is its DP group)
-        judged = world_group_role(ops) if role == "world" else role
+        # the world group is judged by what it carries (a plain DDP job's only group is its DP group), any group
+        # by what identifies its role (roles.judge_role: per-layer reductions in forward and backward are TP)
+        role, judged, evidence = judge_role(name, ranks, world, ops, per_step, pos.get(name),
+                                            cr.role_facts.get(str(name)))
         out.append({"name": name, "desc": g.desc if g is not None else "", "ranks": ranks, "size": len(ranks),
                     "hosts": hs, "n_hosts": len(hs) if cr.hosts.known else None, "span": span, "role": role,
                     "judged_role": judged, "evidence": evidence, "ops": ops})

@@ -137,7 +137,7 @@ WAKE_NS = 1_000_000
 
 
 def exclusive_compute(start: np.ndarray, end: np.ndarray, stream: np.ndarray, comm_op: np.ndarray,
-                      comm: Intervals) -> tuple[Intervals, Intervals]:
+                      comm: Intervals, waits: Intervals | None = None) -> tuple[Intervals, Intervals]:
     """Compute of nested CPU op spans with the communication inside them taken out: (compute, comm ops).
 
     CPU traces nest ops on a thread (``stream``): an `autograd::engine::evaluate_function: …Backward` span holds
@@ -149,6 +149,12 @@ def exclusive_compute(start: np.ndarray, end: np.ndarray, stream: np.ndarray, co
     ``WAKE_NS`` of the end of a communication span overlapping it (``comm``: the gloo spans, and the
     ``comm_op`` rows) is the thread blocked on that communication: its overlap with it is not compute. Other
     parent-only time (Python glue while a gradient all-reduce runs on gloo's thread) stays compute.
+    ``waits``: spans in which a thread waits on communication though they are no rows here (the parser keeps
+    ``c10d::wait``, ``c10d::barrier`` … apart, in ``cpu_comm``; metrics.kind_sets passes those of the compute
+    threads): a parent's own time inside them is never compute (only that time: they do not make the rest of a gap
+    a wait).
+    Exclusive time, as in a profiler's "self time", by interval set algebra on the whole trace at once (no loop
+    over events): docs/metrics.md.
     """
     s, e = np.asarray(start, np.int64), np.asarray(end, np.int64)
     st, op = np.asarray(stream), np.asarray(comm_op, bool)
@@ -166,6 +172,10 @@ def exclusive_compute(start: np.ndarray, end: np.ndarray, stream: np.ndarray, co
     leaves = union(s[plain & ~child], e[plain & ~child])
     spans = union(s[plain], e[plain])
     alone = difference(spans, leaves)  # time a parent covers with no child op running: glue, or a blocked wait
+    w = waits if waits is not None else empty()
+    if w[0].size and alone[0].size:  # inside a c10d call: the thread communicates or waits, whatever follows
+        spans = difference(spans, intersect(alone, union(w[0], w[1])))
+    # the calls are no ends a blocked gap waits for: DDP's glue around a c10d::allreduce_ enqueue stays compute
     waiting = union(np.concatenate([comm[0], ops[0]]), np.concatenate([comm[1], ops[1]]))
     if alone[0].size and waiting[0].size:
         # a blocked wait ends when the communication it waits on ends: keep as compute the parent-only gaps that

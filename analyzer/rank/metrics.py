@@ -1,17 +1,12 @@
 """Per-rank, per-step metrics exactly as docs/metrics.md defines them (vectorised over steps)."""
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import pandas as pd
 
 from analyzer.rank import intervals as iv
+from parsers.collective_names import WAIT_OP, comm_op_mask
 from parsers.kineto import KinetoTrace
-
-#: CPU ops that are communication though the parser files them as compute: functional collectives (DTensor,
-#: torch.compile) and their waits (issue, then `wait_tensor` blocks the thread until the peers arrive).
-_FUNCTIONAL_COMM = re.compile(r"^_?c10d_functional::")
 
 #: Columns of the per-step table; durations are int64 nanoseconds, shares are fractions (NaN when undefined).
 STEP_COLUMNS = [
@@ -35,10 +30,14 @@ def kind_sets(trace: KinetoTrace) -> dict[str, iv.Intervals]:
         cmask = kind == "compute"
         names = getattr(trace, "names", None)
         ids = a["name_id"].to_numpy()[cmask]
-        is_comm = np.array([bool(_FUNCTIONAL_COMM.match(str(x))) for x in (names if names is not None else [])],
-                           bool)  # per distinct name, not per event
+        is_comm = comm_op_mask(names if names is not None else [])  # per distinct name, not per event
         op = is_comm[ids] if len(is_comm) and len(ids) and ids.max() < len(is_comm) else np.zeros(len(ids), bool)
-        compute, ops = iv.exclusive_compute(s[cmask], e[cmask], a["stream"].to_numpy()[cmask], op, comm)
+        thread = a["stream"].to_numpy()[cmask]
+        cc = getattr(trace, "cpu_comm", None)  # c10d waits the parser keeps apart, on the compute threads only
+        own = cc[np.isin(cc["tid"].to_numpy(), np.unique(thread)) & cc["name"].astype(str).str.match(WAIT_OP)
+                 .to_numpy(bool)] if cc is not None and len(cc) else None
+        waits = iv.union(own["start"].to_numpy(), own["end"].to_numpy()) if own is not None and len(own) else None
+        compute, ops = iv.exclusive_compute(s[cmask], e[cmask], thread, op, comm, waits)
         comm = iv.union(np.concatenate([comm[0], ops[0]]), np.concatenate([comm[1], ops[1]]))
     return {
         "compute": compute,
