@@ -1,7 +1,12 @@
 """Scaling with ranks: time and parent / worker peak memory of the pool and of Dask, and the fitted growth.
 
     python benchmarks/scale.py [--sizes 64,256,1024,4096] [--mb 2] [--jobs 2] [--engines pool,dask]
-                               [--out results.json]
+                               [--outputs json] [--sim] [--out results.json]
+
+``--outputs json,html,timeline`` measures each output on its own (one fresh process per size, engine and output:
+the report written as ``analyze --format json -o r.json``, ``--format html -o r.html`` or ``--timeline t.json.gz``
+write it) and prints the parent's peak per extra rank for each. ``--sim`` takes the job from the simulator's own
+``python -m simulator scale`` (bench-data/sim-<ranks>x<mb>/) instead of benchmarks/gen_traces.py.
 
 Each size is a simulated job written once by benchmarks/gen_traces.py to bench-data/scale-<ranks>x<mb>/
 (git-ignored; delete it afterwards). Each run is a fresh child process that analyses the job and renders the
@@ -40,22 +45,53 @@ def ensure_job(ranks: int, mb: float, jobs: int) -> Path:
     return out
 
 
-def child(folder: str, engine: str, jobs: int) -> int:
-    """One measured run (in a fresh process): analyse, render JSON, print the numbers as one JSON line."""
+def ensure_sim_job(ranks: int, mb: float) -> Path:
+    """The simulator's own scale job of ``ranks`` × ``mb`` MB (``python -m simulator scale``; written once)."""
+    out = DATA / f"sim-{ranks}x{mb:g}"
+    if out.exists() and len(list(out.glob("rank*.pt.trace.json*"))) == ranks:
+        return out
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "simulator", "scale", "--ranks", str(ranks), "--mb-per-rank", str(mb),
+                    "--out", str(out)], check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
+    print(f"  (wrote {out.name} in {time.perf_counter() - t0:.0f} s)", flush=True)
+    return out
+
+
+def write_output(a, output: str) -> int:
+    """Write one output the way the command line does (to a scratch file); the bytes written."""
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        if output == "json":  # `analyze --format json --output r.json`: bytes straight to the file
+            from analyzer.render.json_out import write_json
+            with open(os.path.join(tmp, "r.json"), "wb") as fh:
+                return write_json(a.report, fh)
+        if output == "timeline":  # `analyze --timeline t.json.gz`
+            from analyzer.render.timeline import DEFAULT_MAX_EVENTS, write_timeline
+            path = os.path.join(tmp, "t.json.gz")
+            write_timeline(path, a.report, a.timeline_input(), DEFAULT_MAX_EVENTS)
+            return os.path.getsize(path)
+        from analyzer.render.sanitize import guard_ci_lines  # `analyze --format FMT --output r.FMT`
+        text = guard_ci_lines(a.render(output))
+        with open(os.path.join(tmp, "r." + output), "w", encoding="utf-8") as fh:
+            fh.write(text)
+        return len(text.encode())
+
+
+def child(folder: str, engine: str, jobs: int, output: str = "json") -> int:
+    """One measured run (in a fresh process): analyse, write one output, print the numbers as one JSON line."""
     import resource
     t0 = time.perf_counter()
     import analyzer
-    from analyzer.render.json_out import write_json  # what `analyze --format json --output` does
+    import analyzer.render.json_out  # noqa: F401  (imported before the baseline, as the CLI does)
     imported = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     t1 = time.perf_counter()
     a = analyzer.load(folder, jobs=jobs, dask="local" if engine == "dask" else None)
-    with open(os.devnull, "wb") as fh:
-        n_bytes = write_json(a.report, fh)
+    n_bytes = write_output(a, output)
     t2 = time.perf_counter()
     kept = _kept_mb()  # what the analysis keeps once the report is written (a notebook holds this)
     a.close()
     print(json.dumps({
-        "ranks": len(a.job.traces), "wall_s": t2 - t0, "analyse_s": t2 - t1, "report_bytes": n_bytes,
+        "output": output, "ranks": len(a.job.traces), "wall_s": t2 - t0, "analyse_s": t2 - t1, "report_bytes": n_bytes,
         "parent_peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "parent_after_import_mb": imported, "parent_kept_mb": kept,
         "worker_peak_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}))
@@ -79,8 +115,8 @@ def _kept_mb() -> float:
     return float("nan")
 
 
-def measure(folder: Path, engine: str, jobs: int) -> dict:
-    p = subprocess.run([sys.executable, __file__, "--child", str(folder), engine, str(jobs)], cwd=ROOT,
+def measure(folder: Path, engine: str, jobs: int, output: str = "json") -> dict:
+    p = subprocess.run([sys.executable, __file__, "--child", str(folder), engine, str(jobs), output], cwd=ROOT,
                        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     if p.returncode != 0:
         raise SystemExit(f"{engine} on {folder} failed:\n{p.stderr[-3000:]}")
@@ -101,37 +137,44 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--mb", type=float, default=2.0, help="MB per rank")
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--engines", default="pool,dask")
+    p.add_argument("--outputs", default="json",
+                   help="comma-separated outputs, each measured in its own run: json, html, timeline (or another "
+                        "--format)")
+    p.add_argument("--sim", action="store_true", help="the job from `python -m simulator scale`")
     p.add_argument("--out", help="also write the rows as JSON here")
-    p.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    p.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.child:
-        return child(a.child[0], a.child[1], int(a.child[2]))
+        return child(a.child[0], a.child[1], int(a.child[2]), *(a.child[3:4] or ["json"]))
     sizes = [int(s) for s in a.sizes.split(",")]
     engines = a.engines.split(",")
+    outputs = a.outputs.split(",")
     rows = []
-    print(f"{'engine':6} {'ranks':>6} {'wall s':>8} {'s/rank':>7} {'parent MB':>10} {'kept MB':>8} "
+    print(f"{'engine':6} {'output':8} {'ranks':>6} {'wall s':>8} {'s/rank':>7} {'parent MB':>10} {'kept MB':>8} "
           f"{'worker MB':>10}", flush=True)
     for n in sizes:
-        folder = ensure_job(n, a.mb, a.jobs)
+        folder = ensure_sim_job(n, a.mb) if a.sim else ensure_job(n, a.mb, a.jobs)
         for eng in engines:
-            r = {"engine": eng, "mb_per_rank": a.mb, "jobs": a.jobs, **measure(folder, eng, a.jobs)}
-            rows.append(r)
-            print(f"{eng:6} {n:>6} {r['wall_s']:>8.1f} {r['wall_s'] / n:>7.3f} {r['parent_peak_mb']:>10.0f} "
-                  f"{r.get('parent_kept_mb', float('nan')):>8.0f} {r['worker_peak_mb']:>10.0f}", flush=True)
+            for out in outputs:
+                r = {"engine": eng, "mb_per_rank": a.mb, "jobs": a.jobs, **measure(folder, eng, a.jobs, out)}
+                rows.append(r)
+                print(f"{eng:6} {out:8} {n:>6} {r['wall_s']:>8.1f} {r['wall_s'] / n:>7.3f} "
+                      f"{r['parent_peak_mb']:>10.1f} {r.get('parent_kept_mb', float('nan')):>8.0f} "
+                      f"{r['worker_peak_mb']:>10.0f}", flush=True)
     print()
-    for eng in engines:
-        rs = [r for r in rows if r["engine"] == eng]
+    for eng, out in ((e, o) for e in engines for o in outputs):
+        rs = [r for r in rows if r["engine"] == eng and r["output"] == out]
         xs = [r["ranks"] for r in rs]
         mem, icpt = fit(xs, [r["parent_peak_mb"] for r in rs])
         sec, sec0 = fit(xs, [r["wall_s"] for r in rs])
-        print(f"{eng}: parent peak {icpt:.0f} MB + {mem:.4f} MB per extra {a.mb:g} MB rank "
+        print(f"{eng} {out}: parent peak {icpt:.0f} MB + {mem:.4f} MB per extra {a.mb:g} MB rank "
               f"(4096 ranks: {icpt + 4096 * mem:.0f} MB; 16384: {icpt + 16384 * mem:.0f} MB); "
               f"time {sec0:.1f} s + {sec:.3f} s per rank with {a.jobs} workers; worker peak "
               f"{max(r['worker_peak_mb'] for r in rs):.0f} MB")
     if "pool" in engines and "dask" in engines:
         for n in sizes:
-            pr = [r for r in rows if r["ranks"] == n and r["engine"] == "pool"]
-            dr = [r for r in rows if r["ranks"] == n and r["engine"] == "dask"]
+            pr = [r for r in rows if r["ranks"] == n and r["engine"] == "pool" and r["output"] == outputs[0]]
+            dr = [r for r in rows if r["ranks"] == n and r["engine"] == "dask" and r["output"] == outputs[0]]
             if pr and dr:
                 print(f"{n} ranks: Dask / pool time {dr[0]['wall_s'] / pr[0]['wall_s']:.2f}, parent memory "
                       f"{dr[0]['parent_peak_mb'] / pr[0]['parent_peak_mb']:.2f}")
