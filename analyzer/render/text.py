@@ -61,7 +61,7 @@ def _summary(report: dict, paint: _Painter) -> list[str]:
     if job.get("world_size"):
         head += f" of world size {job['world_size']}"
         if job.get("world_size_source") and not ranks:  # a post-mortem: say what showed the size
-            head += f" ({job['world_size_source']})"
+            head += f" ({one_line(job['world_size_source'])})"
     hosts = sorted(set(((cr.get("hosts") or {}).get("rank_to_host") or {}).values()))
     if hosts:
         head += f" on {len(hosts)} host(s)"
