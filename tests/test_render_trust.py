@@ -24,7 +24,10 @@ def test_the_root_cause_explains_the_straggler_and_every_format_says_so(dlrm):
     top = dlrm.findings[0]
     assert top["id"] == "LOAD003"
     cons = {c["id"]: c for c in top["consequences"]}
-    assert {"LOAD001", "COMM001"} <= set(cons) and cons["LOAD001"]["subject"]["ranks"] == [7]
+    assert "LOAD001" in cons and cons["LOAD001"]["subject"]["ranks"] == [7]
+    # DLRM's collective spans are almost all waiting for rank 7 (36.6 % wait, 1.3 % transfer: docs/metrics.md,
+    # "Wait and transfer"): no exposed-communication finding, under the root or beside it
+    assert "COMM001" not in cons and not [f for f in dlrm.findings if f["id"] == "COMM001"]
     line = "WARNING LOAD001 Rank 7 is a straggler [rank 7, group stream:84]"
     text = dlrm.render("text")
     assert "explains (" in text and line in text
