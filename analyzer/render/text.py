@@ -188,7 +188,8 @@ def _per_rank(report: dict) -> list[str]:
                  pct(r.get("exposed_comm_share")), pct(r.get("overlap_coverage")), pct(r.get("idle_share"))]
         if strag:
             s = strag.get(r.get("rank"), {})
-            cells += [pct(s.get("pct_last")), ms(s.get("wait_imposed_us"))]
+            # wait_imposed_us is a sum over the steps: per step here, like every column of this table
+            cells += [pct(s.get("pct_last")), ms(per_step_mean({"steps": r.get("steps"), **s}, "wait_imposed_us"))]
         body.append(cells)
     return ["", "per rank (mean over steps):"] + table(headers, body)
 
