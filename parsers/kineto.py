@@ -1276,6 +1276,12 @@ class _Collector:
                 if span_index is None:
                     span_index = _SpanIndex(spans)
                 op = _op_from_launcher(ext[j], launch_pos[j], r_tid, r_start, comm_by_ext, span_index)
+            elif op == "sendrecv" and (a is None or not isinstance(a.coll_name, str)):
+                # NCCL runs all_to_all as grouped send/recv (ncclKernel_SendRecv): the op the CPU launched names it
+                if span_index is None:
+                    span_index = _SpanIndex(spans)
+                if _op_from_launcher(ext[j], launch_pos[j], r_tid, r_start, comm_by_ext, span_index) == "alltoall":
+                    op = "alltoall"
             recs.append(_coll_record(row, op, a, _nccl_peer(a, op), family))
         return activity, _collectives_frame(recs, activity), names
 

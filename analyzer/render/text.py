@@ -5,7 +5,7 @@ from typing import Any, Optional
 
 from analyzer.render import sanitize
 
-from analyzer.render.common import (consequence_lines, cost_text, evidence_texts, job_shape, mb, ms,  # noqa: F401
+from analyzer.render.common import (group_role, consequence_lines, cost_text, evidence_texts, job_shape, mb, ms,  # noqa: F401
                                     pipeline_shape, nothing_analysed, num, pct, printable, ranges, skipped_summary, subject_text)
 
 
@@ -214,7 +214,7 @@ def _groups(report: dict) -> list[str]:
     groups = cr.get("process_groups") or []
     out = []
     if groups:
-        body = [[str(g.get("name", "")), str(g.get("role", "")), str(g.get("size", "")),
+        body = [[str(g.get("name", "")), group_role(g), str(g.get("size", "")),
                  ranges(g.get("ranks") or []), str(g.get("span", "")),
                  ", ".join(f"{k}×{v}" for k, v in (g.get("ops") or {}).items())] for g in groups]
         out += ["", "process groups:"] + table(["group", "role", "size", "ranks", "span", "ops"], body)
