@@ -236,8 +236,8 @@ def _spread_rows(ctx: Context) -> list[dict]:
                             "report when the median over steps of (max−min)/median step time across ranks exceeds "
                             "this"),
                   Threshold("persistent_frac", 0.6, "fraction",
-                            "warning when one rank is the one the step waited for in at least this share of ≥ 3 steps (info "
-                            "otherwise: jitter)")),
+                            "warning when the steps waited for the same rank in at least this share of ≥ 3 "
+                            "steps (info otherwise: jitter)")),
       confirm="Compare the ranks' ProfilerStep durations per step (metrics table); a rank the steps persistently "
               "wait for points at that rank, a changing one at noise or at data-dependent work.",
       fix="Find why the rank the steps wait for is late (see LOAD001 / LOAD003); for data-dependent step times, balance "
@@ -281,8 +281,8 @@ def step_spread(ctx: Context) -> Iterator[Finding]:
                   cost=median(costs), subject=Subject(ranks=[int(top)] if persistent else []),
                   evidence=[Evidence(f"step {worst.get('step')}: {num(worst.get('min_us')) or 0:.0f}–"
                                      f"{num(worst.get('max_us')) or 0:.0f} µs (spread {pct(num(worst['spread']))}), "
-                                     f"{_waited_for(ctx)} {worst.get('slowest_rank')}"),
-                            Evidence(f"{_waited_for(ctx)} per step: " + ", ".join(str(s) for s in slow[:16]))])
+                                     f"{_waited_for(ctx)}: {worst.get('slowest_rank')}"),
+                            Evidence(f"{_waited_for(ctx)}, per step: " + ", ".join(str(s) for s in slow[:16]))])
 
 
 def _waited_for(ctx: Context) -> str:
