@@ -124,7 +124,10 @@ def straggler_info(ctx: Context) -> Optional[dict]:
     last = frac(row.get("pct_last")) or 0.0
     imposed = num(row.get("wait_imposed_us")) or 0.0
     ev = [Evidence(f"the other ranks waited for rank {rank} alone {(num(row.get('delay_per_step_us')) or 0) / 1000:.2f} "
-                   f"ms per step ({pct(delay)} of the step; {pct(share)} of all waiting for a single rank)"),
+                   f"ms per step ({pct(delay)} of the step, threshold straggler_cost_min {pct(dmin)}; {pct(share)} "
+                   f"of all waiting for a single rank, threshold "
+                   + (f"straggler_share_min {pct(smin)})" if share >= smin else
+                      f"straggler_share_consistent {pct(scons)} with a consistent excess)")),
           Evidence(f"it arrives last at {pct(last)} of the collectives with a clear last arrival (times last: "
                    f"{row.get('times_last')}); wait imposed on the others "
                    + (f"{imposed / n_steps / 1000:.2f} ms per step ({imposed / 1000:.2f} ms summed over {n_steps} "
@@ -345,7 +348,8 @@ def host_stall(ctx: Context) -> Iterator[Finding]:
     where = "all ranks" if not some else "these ranks"
     amount = pct(bad[worst]) if len(bad) == 1 else f"up to {pct(bad[worst])} ({pct(share)} over {where})"
     yield Finding(title=f"GPU idle {amount} of step time on {ranks_text(bad)}: the host does not keep it busy"
-                        + (" (data loader / CPU stall)" if some else ""),
+                        + (" (data loader / CPU stall)" if some else "")
+                        + f" (threshold {pct(ctx.t('idle_share_max'))} per rank)",
                   severity="info" if whole else "warning", confidence=0.85 if (host or some) else 0.6,
                   evidence=ev, cost=share,
                   subject=Subject(ranks=sorted(bad), process_group=None if g is None else str(g.get("name"))),
