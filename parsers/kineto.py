@@ -1262,6 +1262,13 @@ class _Collector:
 
         recs = []
         span_index = None  # built on first need: only comm kernels whose op nothing else names ask for it
+        # NCCL runs all_to_all as grouped send/recv (ncclKernel_SendRecv): in a trace whose CPU side calls
+        # all_to_all and no point-to-point op, a SendRecv kernel is the all_to_all the program called. Decided
+        # per trace, not per kernel, so a trace whose profiler dropped some launches names them all alike.
+        span_names = {str(x[3]) for x in spans}
+        cpu_ops = {normalise_op(n) for n in span_names}
+        a2a_only = ("alltoall" in cpu_ops and not cpu_ops & {"send", "recv", "sendrecv", "coalesced"}
+                    and not any(k in n.lower() for n in span_names for k in ("isend", "irecv", "batch_p2p")))
         for row in np.flatnonzero(activity["kind"].to_numpy() == "comm"):
             j = order[row]
             a = self.g_args[j]
@@ -1276,6 +1283,8 @@ class _Collector:
                 if span_index is None:
                     span_index = _SpanIndex(spans)
                 op = _op_from_launcher(ext[j], launch_pos[j], r_tid, r_start, comm_by_ext, span_index)
+            elif op == "sendrecv" and a2a_only and (a is None or not isinstance(a.coll_name, str)):
+                op = "alltoall"
             recs.append(_coll_record(row, op, a, _nccl_peer(a, op), family))
         return activity, _collectives_frame(recs, activity), names
 

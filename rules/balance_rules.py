@@ -124,9 +124,15 @@ def straggler_info(ctx: Context) -> Optional[dict]:
     last = frac(row.get("pct_last")) or 0.0
     imposed = num(row.get("wait_imposed_us")) or 0.0
     ev = [Evidence(f"the other ranks waited for rank {rank} alone {(num(row.get('delay_per_step_us')) or 0) / 1000:.2f} "
-                   f"ms per step ({pct(delay)} of the step; {pct(share)} of all waiting for a single rank)"),
+                   f"ms per step ({pct(delay)} of the step, threshold straggler_cost_min {pct(dmin)}; {pct(share)} "
+                   f"of all waiting for a single rank, threshold "
+                   + (f"straggler_share_min {pct(smin)})" if share >= smin else
+                      f"straggler_share_consistent {pct(scons)} with a consistent excess)")),
           Evidence(f"it arrives last at {pct(last)} of the collectives with a clear last arrival (times last: "
-                   f"{row.get('times_last')}) and made the others wait {imposed / 1000:.2f} ms in total")]
+                   f"{row.get('times_last')}); wait imposed on the others "
+                   + (f"{imposed / n_steps / 1000:.2f} ms per step ({imposed / 1000:.2f} ms summed over {n_steps} "
+                      f"step{'s' if n_steps != 1 else ''})" if n_steps else f"{imposed / 1000:.2f} ms summed over "
+                      "the trace"))]
     named = s.get("straggler") == rank
     comp = _compute_straggler(ctx)
     said = ("the others waited for", "it arrived last", "it arrives last") + \
@@ -233,11 +239,11 @@ def _spread_rows(ctx: Context) -> list[dict]:
                             "report when the median over steps of (max−min)/median step time across ranks exceeds "
                             "this"),
                   Threshold("persistent_frac", 0.6, "fraction",
-                            "warning when one rank is the slowest in at least this share of ≥ 3 steps (info "
-                            "otherwise: jitter)")),
-      confirm="Compare the ranks' ProfilerStep durations per step (metrics table); a persistent slowest rank "
-              "points at that rank, a changing one at noise or at data-dependent work.",
-      fix="Find why the slowest rank is slow (see LOAD001 / LOAD003); for data-dependent step times, balance "
+                            "warning when the steps waited for the same rank in at least this share of ≥ 3 "
+                            "steps (info otherwise: jitter)")),
+      confirm="Compare the ranks' ProfilerStep durations per step (metrics table); a rank the steps persistently "
+              "wait for points at that rank, a changing one at noise or at data-dependent work.",
+      fix="Find why the rank the steps wait for is late (see LOAD001 / LOAD003); for data-dependent step times, balance "
           "the per-rank work (sequence-length bucketing, packing).")
 def step_spread(ctx: Context) -> Iterator[Finding]:
     """Ranks disagree on how long a step takes: (max − min) / median above 5 %.
@@ -266,14 +272,28 @@ def step_spread(ctx: Context) -> Iterator[Finding]:
     costs = [((num(r.get("max_us")) or 0) - (num(r.get("median_us")) or 0)) / num(r.get("max_us"))
              for r in rows if num(r.get("max_us"))]
     worst = max(rows, key=lambda r: num(r["spread"]) or 0)
-    yield Finding(title=f"Step time differs by {pct(med)} across ranks (median over {len(rows)} steps)"
-                        + (f"; rank {top} is slowest in {slow.count(top)} of them" if persistent else ""),
+    wmax = num(worst["spread"]) or 0.0
+    n = len(rows)
+    # the decision is on the median over steps (step_spread_max); the headline shows the worst step: name both
+    both = (f"step spread {pct(med)} (median over {n} step{'s' if n != 1 else ''}"
+            + (f"; worst step {pct(wmax)}" if n > 1 and pct(wmax) != pct(med) else "")
+            + f"; threshold {pct(ctx.t('step_spread_max'))})")
+    yield Finding(title=f"Step time differs across ranks: {both}"
+                        + (f"; {slow.count(top)} of them waited for rank {top}" if persistent else ""),
                   severity="warning" if persistent else "info", confidence=0.7 if persistent else 0.5,
                   cost=median(costs), subject=Subject(ranks=[int(top)] if persistent else []),
                   evidence=[Evidence(f"step {worst.get('step')}: {num(worst.get('min_us')) or 0:.0f}–"
                                      f"{num(worst.get('max_us')) or 0:.0f} µs (spread {pct(num(worst['spread']))}), "
-                                     f"slowest rank {worst.get('slowest_rank')}"),
-                            Evidence("slowest rank per step: " + ", ".join(str(s) for s in slow[:16]))])
+                                     f"{_waited_for(ctx)}: {worst.get('slowest_rank')}"),
+                            Evidence(f"{_waited_for(ctx)}, per step: " + ", ".join(str(s) for s in slow[:16]))])
+
+
+def _waited_for(ctx: Context) -> str:
+    """What a spread row's ``slowest_rank`` is: with cross-rank data the rank the step waited for (last to
+    arrive, whose own step time may be mid-range), else the rank with the longest step."""
+    return ("rank the step waited for" if any(num(r.get("spread")) is not None
+                                              for r in ctx.cross.get("step_spread") or [])
+            else "rank with the longest step")
 
 
 @rule("LOAD003", "GPU idle waiting for the host (data loader / CPU stall)", "warning",
@@ -328,7 +348,8 @@ def host_stall(ctx: Context) -> Iterator[Finding]:
     where = "all ranks" if not some else "these ranks"
     amount = pct(bad[worst]) if len(bad) == 1 else f"up to {pct(bad[worst])} ({pct(share)} over {where})"
     yield Finding(title=f"GPU idle {amount} of step time on {ranks_text(bad)}: the host does not keep it busy"
-                        + (" (data loader / CPU stall)" if some else ""),
+                        + (" (data loader / CPU stall)" if some else "")
+                        + f" (threshold {pct(ctx.t('idle_share_max'))} per rank)",
                   severity="info" if whole else "warning", confidence=0.85 if (host or some) else 0.6,
                   evidence=ev, cost=share,
                   subject=Subject(ranks=sorted(bad), process_group=None if g is None else str(g.get("name"))),
@@ -423,7 +444,7 @@ def moe_imbalance(ctx: Context) -> Iterator[Finding]:
     if not ep:
         return
     g = ep[0]
-    yield Finding(title=f"Rank {s['rank']} is slowest in expert-parallel group {g.get('name')}: expert load "
+    yield Finding(title=f"Rank {s['rank']} holds up expert-parallel group {g.get('name')}: expert load "
                         "imbalance likely", confidence=0.6, cost=s["cost"],
                   evidence=s["evidence"] + [Evidence(f"rank {s['rank']} is in expert-parallel group {g.get('name')} "
                                                      f"(ranks {g.get('ranks')}) that runs all-to-all")],

@@ -48,6 +48,12 @@ ROLE_NAME = {"dp": "data-parallel", "fsdp": "FSDP", "tp": "tensor-parallel", "ep
              "pp": "pipeline", "unknown": "unclassified"}
 
 
+def role_label(role: str) -> str:
+    """'expert-parallel (ep)': the role's name in words with the key the process-group table shows."""
+    name = ROLE_NAME.get(role, role)
+    return name if name == role else f"{name} ({role})"
+
+
 def _roles(ctx: Context) -> list[dict]:
     """cross_rank.roles rows (per-role comm share, overlap, exposed share); [] when there is no cross-rank data."""
     return [r for r in (ctx.cross.get("roles") or []) if num(r.get("comm_share"))]
@@ -257,7 +263,7 @@ def _per_role(ctx: Context, roles: list[dict]) -> Iterator[Finding]:
         groups = [str(x) for x in r.get("groups") or []]
         gs = [ctx.group(g) or {} for g in groups]
         ranks = sorted({int(x) for g in gs for x in g.get("ranks") or []} | {int(x) for x in r.get("ranks") or []})
-        name = ROLE_NAME.get(role, role)
+        name = role_label(role)
         ev = [Evidence(f"{name} communication: {pct(share)} of step time, {pct(cov)} of it overlapped by compute"
                        + (f" (target ≥ {pct(target)})" if target is not None else "")),
               Evidence(f"exposed {name} communication {pct(exposed)} of step time "
@@ -365,7 +371,7 @@ def high_comm_share(ctx: Context) -> Iterator[Finding]:
             limit = ctx.t(SHARE_LIMIT[role])
             groups = [str(x) for x in r.get("groups") or []]
             ranks = sorted(int(x) for x in r.get("ranks") or [])
-            yield Finding(title=f"{ROLE_NAME.get(role, role).capitalize()} communication takes {pct(share)} of step "
+            yield Finding(title=f"{role_label(role)[:1].upper() + role_label(role)[1:]} communication takes {pct(share)} of step "
                                 f"time (limit {pct(limit)})", confidence=0.6,
                           evidence=[Evidence(f"{role} transfer {pct(share)} of step time (whole spans "
                                              f"{pct(num(r.get('comm_share')))}, the rest waiting for late members), "

@@ -329,12 +329,17 @@ def _busbw_finding(ctx: Context, link: str, op: str, rows: list, cls: dict, caus
     if len(rows) > 4:
         ev.append(Evidence(f"… {len(rows) - 4} more group(s): {', '.join(groups[4:12])}"
                            f"{' …' if len(groups) > 12 else ''}"))
+    # the figures the decision used come first (the per-group lines may be cut in a short listing)
+    head = []
     if expected is not None:
-        ev.append(Evidence(f"{link} should reach ~{expected:.0f} GB/s busbw at {mb(mean_bytes)} (nominal "
-                           f"{nominal:g} GB/s: {cls.get('nominal_source') or 'link class'}); measured "
-                           f"{bw / expected:.0%} of it, below {frac:.0%}"))
+        head.append(Evidence(f"measured busbw {bw:.1f} GB/s; expected busbw ~{expected:.0f} GB/s over {link} at "
+                             f"{mb(mean_bytes)} (nominal {nominal:g} GB/s: "
+                             f"{cls.get('nominal_source') or 'link class'}); busbw efficiency {bw / expected:.0%}, "
+                             f"threshold busbw_min_frac {frac:.0%}"))
     if low_floor:
-        ev.append(Evidence(f"below the configured floor {BUSBW[link].name} = {ctx.t(BUSBW[link].name):g} GB/s"))
+        head.append(Evidence(f"measured busbw {bw:.1f} GB/s, below the configured floor {BUSBW[link].name} = "
+                             f"{ctx.t(BUSBW[link].name):g} GB/s"))
+    ev = head + ev
     for e in (cls.get("evidence") or [])[:3]:
         ev.append(Evidence(f"link evidence: {e}"))
     for c in causes[:5]:
@@ -347,8 +352,10 @@ def _busbw_finding(ctx: Context, link: str, op: str, rows: list, cls: dict, caus
     if assumed:
         ev.append(Evidence(f"the link class is assumed ({'; '.join(str(e) for e in cls.get('evidence') or [])}): "
                            "NCCL logs (NCCL_DEBUG=INFO) would say which transport ran"))
-    return Finding(title=f"{op} on {where} reaches {bw:.1f} GB/s busbw over {link} (expected ≥ {frac * target:.0f} "
-                         f"GB/s at {mb(mean_bytes)})"[:200],
+    decided = (f"busbw efficiency {bw / expected:.0%} of the expected {expected:.0f} GB/s at {mb(mean_bytes)}, "
+               f"threshold {frac:.0%}" if expected and not low_floor else
+               f"below the floor {target:.0f} GB/s at {mb(mean_bytes)}")
+    return Finding(title=f"{op} on {where} reaches {bw:.1f} GB/s busbw over {link} ({decided})"[:200],
                    severity="info" if assumed or (costs and max(costs) < ctx.t("busbw_cost_min")) else "warning",
                    confidence=0.5 if assumed else 0.8 if causes else 0.7, cost=max(costs) if costs else None, evidence=ev,
                    fix=_LINK_FIX.get(link, "") + (f" First: {causes[0].get('text')}." if causes else ""),

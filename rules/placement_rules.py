@@ -63,6 +63,7 @@ def misplaced_collective(ctx: Context) -> Iterator[Finding]:
                         f"step ({pct(cost)} of the step)" if late else
                         f"it waits for the others there {(num(m.get('wait_per_step_us')) or 0) / 1000:.2f} ms per "
                         f"step ({pct(cost)} of the step)")
+                       + f" (threshold placement_cost_min {pct(ctx.t('placement_cost_min'))})"
                        + f"; at the group's other collectives it is {'early' if late else 'late'} and "
                        + (f"waits up to {(num(m.get('wait_back_per_step_us')) or 0) / 1000:.2f} ms per step for them"
                           if late else "they wait for it")

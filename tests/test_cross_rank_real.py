@@ -28,7 +28,7 @@ def test_dlrm_all_ranks_matched_by_stream_order():
     inst = cr.instances
     assert sec["collectives"]["match_method"] == "stream_order"
     assert len(inst) == 8 and inst["complete"].all() and (inst["n_members"] == 8).all()
-    assert inst.sort_values("seq")["op"].tolist() == ["sendrecv"] * 4 + ["allreduce", "sendrecv", "allreduce",
+    assert inst.sort_values("seq")["op"].tolist() == ["alltoall"] * 4 + ["allreduce", "alltoall", "allreduce",
                                                                           "allreduce"]
     assert sec["collectives"]["unmatched"] == 0
 

@@ -16,7 +16,7 @@ def test_dlrm_old_ncclkernel_names_all_ranks():
         assert (t.rank, t.world_size, t.rank_source) == (i, 8, "distributedInfo")
         assert t.meta["gpu_name"] == "Tesla V100-SXM2-32GB"
         ops = t.collectives.sort_values("start").op.tolist()
-        assert sorted(ops) == ["allreduce"] * 3 + ["sendrecv"] * 5
+        assert sorted(ops) == ["allreduce"] * 3 + ["alltoall"] * 5  # SendRecv kernels of nccl:all_to_all
         assert (t.collectives.pg_name == "").all() and (t.collectives.in_nelems == -1).all()
         assert t.steps.step.tolist() == [10]
 

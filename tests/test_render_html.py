@@ -137,8 +137,8 @@ def test_every_figure_fits_a_screen_and_says_when_it_samples(sized):
     assert len(sizes) >= 5
     assert all(w <= MAX_FIGURE_PX[0] and h <= MAX_FIGURE_PX[1] for w, h in sizes), sizes
     if n > 32:  # past a screenful the timeline draws a sample, and the caption says which
-        assert f"32 of {n} ranks are drawn: the straggler, the slowest and the fastest" in html
-        assert "32 of %d ranks (straggler, slowest, fastest" % n not in html  # (title is in the PNG, not text)
+        assert f"32 of {n} ranks are drawn: the straggler, the ranks with the longest and the shortest step" in html
+        assert "32 of %d ranks (straggler, longest and shortest step" % n not in html  # (title is in the PNG, not text)
     else:
         assert "ranks are drawn" not in html
     if n > 64:

@@ -235,6 +235,13 @@ def pipeline_shape(pipe: dict) -> str:
             + f" m={pipe.get('m')}")
 
 
+def group_role(g: dict) -> str:
+    """A process group's role as the group tables show it: 'world (as ep)' when the world group is judged by
+    the traffic it carries (cross_rank.process_groups judged_role), so the role a finding names is in the table."""
+    role, judged = str(g.get("role") or ""), g.get("judged_role")
+    return f"{role} (as {judged})" if judged and str(judged) != role else role
+
+
 def job_shape(report: dict) -> str:
     """'tp=2 pp=2 dp=2 (pipeline 1f1b, p=2 m=4)' from the process-group roles; groups of one rank say nothing."""
     cr = report.get("cross_rank") or {}

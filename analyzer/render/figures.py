@@ -75,11 +75,11 @@ def _rank_label(r: int, straggler: Optional[int]) -> str:
 
 def timeline(job: Any, report: dict, step: int, title: str, link: bool = True) -> Optional[bytes]:
     """Aligned multi-rank timeline of one step: compute / memcpy (upper half of a row), comm (lower half), idle
-    grey. Past a screenful of ranks, a sample: the straggler, the slowest and fastest, then evenly spaced."""
+    grey. Past a screenful of ranks, a sample: the straggler, the ranks with the longest and shortest step, then evenly spaced."""
     offs, aligned = td.offsets_ns(report)
     ranks, total = timeline_ranks(job, report, step)
     if len(ranks) < total:
-        title += f" — {len(ranks)} of {total} ranks (straggler, slowest, fastest, then evenly spaced)"
+        title += f" — {len(ranks)} of {total} ranks (straggler, longest and shortest step, then evenly spaced)"
     straggler = ((report.get("cross_rank") or {}).get("stragglers") or {}).get("straggler")
     wins = {}
     for r in ranks:

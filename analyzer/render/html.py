@@ -6,7 +6,7 @@ from typing import Any, Optional
 
 from analyzer.render import sanitize
 
-from analyzer.render.common import (consequence_lines, cost_text, evidence_texts, explained_by, mb, ms,
+from analyzer.render.common import (group_role, consequence_lines, cost_text, evidence_texts, explained_by, mb, ms,
                                     pipeline_shape, nothing_analysed, num, pct, printable, ranges, skipped_summary, subject_text)
 
 CSS = """
@@ -205,7 +205,7 @@ def _figures(report: dict, job: Any) -> str:
         name = "whole trace" if rep == -1 else f"step {rep}"
         out.append("<h2>Timeline</h2>")
         drawn, total = fg.timeline_ranks(job, report, rep)
-        sample = (f" {len(drawn)} of {total} ranks are drawn: the straggler, the slowest and the fastest, then "
+        sample = (f" {len(drawn)} of {total} ranks are drawn: the straggler, the ranks with the longest and the shortest step, then "
                   "evenly spaced ones (analyze --timeline writes every rank)." if len(drawn) < total else "")
         out.append(_img(fg.timeline(job, report, rep, f"representative {name}"), f"timeline of {name}",
                         "Per rank: compute and memcpy (upper half of each row), communication (lower half), idle in "
@@ -285,7 +285,7 @@ def _tables(report: dict) -> str:
             len(body)))
     groups = cr.get("process_groups") or []
     if groups:
-        body = [[g.get("name", ""), g.get("role", ""), num(g.get("size")), ranges(g.get("ranks") or []),
+        body = [[g.get("name", ""), group_role(g), num(g.get("size")), ranges(g.get("ranks") or []),
                  g.get("span", ""), ", ".join(f"{k}×{v}" for k, v in (g.get("ops") or {}).items())] for g in groups]
         out.append("<h2>Process groups</h2>" + _fold("process groups", _table(
             ["group", "role", "size", "ranks", "span", "ops"], body), len(body)))

@@ -6,7 +6,7 @@ from typing import Any
 
 from analyzer.render import sanitize
 
-from analyzer.render.common import (consequence_lines, cost_text, evidence_texts, mb, ms, num, pct, printable,
+from analyzer.render.common import (group_role, consequence_lines, cost_text, evidence_texts, mb, ms, num, pct, printable,
                                     ranges, skipped_summary, subject_text)
 
 DETAILS_OVER = 12  # tables longer than this fold into <details>
@@ -170,7 +170,7 @@ def _groups(report: dict) -> list[str]:
     out = []
     groups = cr.get("process_groups") or []
     if groups:
-        body = [[md_escape(g.get("name", "")), md_escape(g.get("role", "")), num(g.get("size")),
+        body = [[md_escape(g.get("name", "")), md_escape(group_role(g)), num(g.get("size")),
                  ranges(g.get("ranks") or []), md_escape(g.get("span", "")),
                  md_escape(", ".join(f"{k}×{v}" for k, v in (g.get("ops") or {}).items()))] for g in groups]
         out += ["", "### Process groups", ""] + md_table(["group", "role", "size", "ranks", "span", "ops"], body,

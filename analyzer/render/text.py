@@ -5,7 +5,7 @@ from typing import Any, Optional
 
 from analyzer.render import sanitize
 
-from analyzer.render.common import (consequence_lines, cost_text, evidence_texts, job_shape, mb, ms,  # noqa: F401
+from analyzer.render.common import (group_role, consequence_lines, cost_text, evidence_texts, job_shape, mb, ms,  # noqa: F401
                                     pipeline_shape, nothing_analysed, num, pct, printable, ranges, skipped_summary, subject_text)
 
 
@@ -188,7 +188,8 @@ def _per_rank(report: dict) -> list[str]:
                  pct(r.get("exposed_comm_share")), pct(r.get("overlap_coverage")), pct(r.get("idle_share"))]
         if strag:
             s = strag.get(r.get("rank"), {})
-            cells += [pct(s.get("pct_last")), ms(s.get("wait_imposed_us"))]
+            # wait_imposed_us is a sum over the steps: per step here, like every column of this table
+            cells += [pct(s.get("pct_last")), ms(per_step_mean({"steps": r.get("steps"), **s}, "wait_imposed_us"))]
         body.append(cells)
     return ["", "per rank (mean over steps):"] + table(headers, body)
 
@@ -213,7 +214,7 @@ def _groups(report: dict) -> list[str]:
     groups = cr.get("process_groups") or []
     out = []
     if groups:
-        body = [[str(g.get("name", "")), str(g.get("role", "")), str(g.get("size", "")),
+        body = [[str(g.get("name", "")), group_role(g), str(g.get("size", "")),
                  ranges(g.get("ranks") or []), str(g.get("span", "")),
                  ", ".join(f"{k}×{v}" for k, v in (g.get("ops") or {}).items())] for g in groups]
         out += ["", "process groups:"] + table(["group", "role", "size", "ranks", "span", "ops"], body)
