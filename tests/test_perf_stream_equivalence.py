@@ -50,6 +50,12 @@ def _same(a, b) -> None:
             want = want.copy()
             for c in ("in_nelems", "dtype"):
                 want.loc[gloo, c] = got.loc[gloo, c].to_numpy()
+        if f == "collectives" and "op" in got.columns and len(got) == len(want):
+            # a trace whose CPU side calls all_to_all and no point-to-point op names its SendRecv kernels
+            # `alltoall` (added after the reference was frozen; tests/test_kineto.py checks it): only that cell
+            a2a = (got["op"].to_numpy() == "alltoall") & (want["op"].to_numpy() == "sendrecv")
+            want = want.copy()
+            want.loc[a2a, "op"] = "alltoall"
         pd.testing.assert_frame_equal(got[list(want.columns)], want, check_exact=True)
 
 
