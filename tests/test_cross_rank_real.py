@@ -12,6 +12,8 @@ from analyzer.cross_rank.section import analyse, cross_rank_section
 from analyzer.load.job import load_job
 from tests.pipeline_truth import bubbles
 
+pytestmark = pytest.mark.slow  # loads real or 64+ rank folders: outside the everyday loop
+
 FIX = Path(__file__).resolve().parent.parent / "fixtures"
 DLRM = FIX / "corpus" / "param-dlrm_kineto"
 CPU = FIX / "real-cpu"

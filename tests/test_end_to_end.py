@@ -9,6 +9,7 @@ from analyzer.cli import main
 from tests.conftest import CORPUS, ROOT
 
 
+@pytest.mark.slow
 def test_dlrm_set_reports_eight_ranks_with_step_metrics(capsys):
     assert main([str(CORPUS / "param-dlrm_kineto"), "--format", "json", "--jobs", "2"]) in (0, 1)
     rep = orjson.loads(capsys.readouterr().out)
@@ -30,6 +31,7 @@ def test_text_output_has_summary_and_table(capsys):
     assert len(rows) >= 8
 
 
+@pytest.mark.slow
 def test_python_dash_m_and_version():
     r = subprocess.run([sys.executable, "-m", "analyzer", "--version"], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0 and r.stdout.startswith("analyze ")

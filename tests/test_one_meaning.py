@@ -17,6 +17,8 @@ from statistics import median
 
 import pytest
 
+pytestmark = pytest.mark.slow  # loads real or 64+ rank folders: outside the everyday loop
+
 ROOT = Path(__file__).resolve().parents[1]
 STRAGGLER = ROOT / "fixtures/sim/tp_pp_dp_1f1b_straggler"
 DLRM = ROOT / "fixtures/corpus/param-dlrm_kineto"

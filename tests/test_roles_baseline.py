@@ -153,6 +153,7 @@ def test_baseline_diff_names_what_grew():
     assert any(e["text"].startswith("grew: ncclDevKernel_AllReduce") for e in b1["evidence"])
 
 
+@pytest.mark.slow
 def test_baseline_diff_counts_collectives_that_changed():
     """The same 8-rank sim DDP job with 1 MB buckets instead of 16 MB: many more all-reduces per step."""
     cur, base = report("fixtures/sim/small_buckets"), report("fixtures/sim/ddp_clean")

@@ -21,6 +21,8 @@ BED = Path(__file__).resolve().parents[1] / "fixtures/real-cpu-perf-2"
 sys.path.insert(0, str(BED))
 import judge  # noqa: E402  (the bed's own judge: stdlib only)
 
+pytestmark = pytest.mark.slow  # loads real or 64+ rank folders: outside the everyday loop
+
 
 def _truth(run: str) -> dict:
     return json.loads((BED / run / "truth.json").read_text())

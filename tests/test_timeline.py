@@ -62,6 +62,7 @@ def test_every_event_follows_the_chrome_trace_format(doc):
     json.dumps(doc)  # serialisable as is
 
 
+@pytest.mark.slow
 def test_every_rank_is_a_named_process_with_streams_and_its_cpu_thread(doc, straggler):
     ev = doc["traceEvents"]
     procs = {e["pid"]: e["args"]["name"] for e in ev if e["ph"] == "M" and e["name"] == "process_name"}
