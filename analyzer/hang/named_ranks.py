@@ -8,11 +8,6 @@ monitoredBarrier, but received errors while waiting for send/recv from rank 0" a
 PyTorch's own comparison, so it outranks any inference from who timed out (analyzer/hang/verdict.py's
 `_silent_members`, `_timeouts_only`).
 
-TORCH_DISTRIBUTED_DEBUG=DETAIL's collective-mismatch report ("Rank 0 is running collective: CollectiveFingerPrint(…,
-TensorShape=[16], …), but Rank 1 is running collective: … Collectives differ in the following aspects: Tensor shapes:
-16vs 8") gives each reporting rank's value and its peer's for the differing aspect: `detail_values` keeps them per
-aspect, so the finding shows element counts as sizes (not as op names).
-
 The ranks in these messages are the group's ranks, not global ones: on a sub-group, global rank 1 prints
 "[Rank 0]: Rank 2 failed to pass monitoredBarrier" about global rank 3. The reporter is always the group's rank 0,
 so a reporter whose global rank (its launcher prefix) is not its rank in the message, or not 0, shows a sub-group;
@@ -23,7 +18,6 @@ the reporter at that index. With no such group, no rank is named above 0.5 (`gro
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -147,48 +141,6 @@ def diagnosis(rep: BarrierReport) -> HangDiagnosis:
                          fix=FIX["missing_rank"])
 
 
-_ASPECT = re.compile(r"(Op type|Tensor shape|Tensor dtype)s?:\s*(\S+?)\s*vs\s*(\S+)", re.I)
-
-
-def detail_values(logs: list) -> tuple[str, dict[int, str]]:
-    """(aspect, rank → value) from the collective-mismatch rows: each row gives its rank's value and its peer's."""
-    aspect, values = "", {}
-    for log in logs:
-        ev = getattr(log, "events", None)
-        if ev is None or not len(ev):
-            continue
-        for x in ev[ev["kind"].astype(str) == "collective_mismatch"].itertuples(index=False):
-            m = _ASPECT.search(str(x.reason))
-            if not m:
-                continue
-            aspect = aspect or m.group(1).lower()
-            if int(x.rank) >= 0:
-                values.setdefault(int(x.rank), m.group(2))
-            if int(x.peer_rank) >= 0:
-                values.setdefault(int(x.peer_rank), m.group(3))
-    return aspect, values
-
-
-def _fix_detail(diags: list[HangDiagnosis], logs: list) -> None:
-    """The DETAIL report's values go under the aspect that differs (element counts are sizes, not ops)."""
-    d = next((d for d in diags if d.source == "stderr" and d.cause.startswith("the debug wrapper")), None)
-    if d is None:
-        return
-    aspect, values = detail_values(logs)
-    if not values or aspect == "op type":
-        return
-    op = d.op
-    d.ops = {r: op for r in values} if op else {}
-    if aspect == "tensor shape":
-        d.sizes = {r: int(v) for r, v in values.items() if v.isdigit()}
-        what = "elements"
-    else:
-        d.dtypes = dict(values)
-        what = "dtype"
-    d.cause = ("the debug wrapper (TORCH_DISTRIBUTED_DEBUG=DETAIL) compared the ranks' calls of "
-               + (op or "a collective") + f": {what} " + ", ".join(f"rank {r}: {v}" for r, v in sorted(values.items())))
-
-
 def apply(diags: list[HangDiagnosis], logs: list,
           groups: list[tuple[str, list[int]]] = ()) -> list[HangDiagnosis]:
     """The ranked diagnoses with monitored_barrier's named ranks merged in.
@@ -197,7 +149,6 @@ def apply(diags: list[HangDiagnosis], logs: list,
     (who timed out, who stayed silent) that name other ranks or none are replaced; one that shows a failure of the
     named rank's own (an exception, a crash) stays first, with the barrier line added.
     """
-    _fix_detail(diags, list(logs))
     rep = barrier_report(list(logs), groups)
     if rep is None:
         return diags

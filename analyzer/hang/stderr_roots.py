@@ -42,12 +42,18 @@ def detail_mismatch(inp: HangInputs, facts: StderrFacts) -> HangDiagnosis | None
     if not reps:
         return None
     ops: dict[int, str] = {}
-    kind = "mismatched_op"
+    values: dict[int, str] = {}  # each rank's value of the first aspect that differs (its own, then its peer's)
+    kind, aspect = "mismatched_op", ""
     for x in reps:
         r, peer = int(x.get("rank", -1)), int(x.get("peer", -1))
         m = re.search(r"(Op type|Tensor shape|Tensor dtype)s?:\s*(\S+?)\s*vs\s*(\S+)", x.get("reason", ""), re.I)
         if m:
             kind = _ASPECT.get(m.group(1).capitalize(), kind)
+            aspect = aspect or m.group(1).lower()
+            if r >= 0:
+                values.setdefault(r, m.group(2))
+            if peer >= 0:
+                values.setdefault(peer, m.group(3))
         if r >= 0 and x.get("op"):
             ops.setdefault(r, str(x["op"]).lower())
         if peer >= 0 and m:
@@ -57,11 +63,26 @@ def detail_mismatch(inp: HangInputs, facts: StderrFacts) -> HangDiagnosis | None
     from analyzer.hang.matching import majority
     _, odd, tie = majority(ops)
     seq = max((int(x.get("seq", -1)) for x in reps), default=-1)
+    op = Counter(ops.values()).most_common(1)[0][0]
+    cause = ("the debug wrapper (TORCH_DISTRIBUTED_DEBUG=DETAIL) compared the ranks' calls: "
+             + ", ".join(f"rank {r}: {o}" for r, o in sorted(ops.items())))
+    sizes: dict[int, int] = {}
+    dtypes: dict[int, str] = {}
+    if values and aspect not in ("", "op type"):
+        # the values of a shape or dtype are not ops: they go under the aspect that differs
+        ops = {r: op for r in values} if op else {}
+        if aspect == "tensor shape":
+            sizes = {r: int(v) for r, v in values.items() if v.isdigit()}
+            what = "elements"
+        else:
+            dtypes = dict(values)
+            what = "dtype"
+        cause = ("the debug wrapper (TORCH_DISTRIBUTED_DEBUG=DETAIL) compared the ranks' calls of "
+                 + (op or "a collective") + f": {what} "
+                 + ", ".join(f"rank {r}: {v}" for r, v in sorted(values.items())))
     return HangDiagnosis(kind=kind, process_group="", pg_desc="", seq=seq + 1 if seq >= 0 else None,
-                         op=Counter(ops.values()).most_common(1)[0][0], culprit_ranks=odd, waiting_ranks=[],
-                         ops=ops, tie=tie, confidence=0.45 if tie else 0.85, source="stderr",
-                         cause=("the debug wrapper (TORCH_DISTRIBUTED_DEBUG=DETAIL) compared the ranks' calls: "
-                                + ", ".join(f"rank {r}: {o}" for r, o in sorted(ops.items()))),
+                         op=op, culprit_ranks=odd, waiting_ranks=[], ops=ops, sizes=sizes, dtypes=dtypes,
+                         tie=tie, confidence=0.45 if tie else 0.85, source="stderr", cause=cause,
                          evidence=[(x["file"], x["line"], x["text"][:400]) for x in reps[:3]])
 
 
