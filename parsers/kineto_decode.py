@@ -78,13 +78,8 @@ def _events_of(part, notes: SliceNotes, base: int, shapes: bool = False) -> list
         return (_CHUNK_SHAPES if shapes else _CHUNK_DECODER).decode(part)
     except (msgspec.ValidationError, RecursionError):
         data = bytes(part)
-        try:
-            data.decode("utf-8")
-        except UnicodeDecodeError as bad:
-            if notes.utf8_at < 0:
-                notes.utf8_at = base + bad.start
-            data = data.decode("utf-8", "replace").encode("utf-8")
-        return _lenient_events(data, notes, shapes)
+        fixed = _utf8_repaired(data, notes, base)
+        return _lenient_events(data if fixed is None else fixed, notes, shapes)
     except (UnicodeDecodeError, msgspec.DecodeError) as exc:
         if not isinstance(exc, UnicodeDecodeError) and "UTF-8" not in str(exc):
             fixed, n = quote_non_finite(bytes(part))
@@ -93,14 +88,21 @@ def _events_of(part, notes: SliceNotes, base: int, shapes: bool = False) -> list
             events = _events_of(fixed, notes, base, shapes)  # raises (the slice is damaged) when still invalid
             notes.non_finite += n
             return events
-        data = bytes(part)
-        try:
-            data.decode("utf-8")
-        except UnicodeDecodeError as bad:
-            if notes.utf8_at < 0:
-                notes.utf8_at = base + bad.start
-            return _events_of(data.decode("utf-8", "replace").encode("utf-8"), notes, base, shapes)
+        fixed = _utf8_repaired(bytes(part), notes, base)
+        if fixed is not None:
+            return _events_of(fixed, notes, base, shapes)
         raise exc from None
+
+
+def _utf8_repaired(data: bytes, notes: SliceNotes, base: int) -> Optional[bytes]:
+    """``data`` with invalid UTF-8 replaced (U+FFFD) and the first bad byte's offset noted; None when it is valid."""
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as bad:
+        if notes.utf8_at < 0:
+            notes.utf8_at = base + bad.start
+        return data.decode("utf-8", "replace").encode("utf-8")
+    return None
 
 
 def _lenient_events(part, notes: SliceNotes, shapes: bool = False) -> list[Event]:
@@ -228,7 +230,8 @@ def _typed_or_lenient(data: bytes, notes: list[str]) -> TypedDoc:
     return TypedDoc(traceEvents=events if raw.traceEvents is not None else None, **members)
 
 
-def decode_document(path: Path, data: bytes, notes: Optional[list[str]] = None) -> tuple[TypedDoc, Optional[tuple[int, int]]]:
+def decode_document(path: Path, data: bytes,
+                    notes: Optional[list[str]] = None) -> tuple[TypedDoc, Optional[tuple[int, int]]]:
     """Typed decode; on malformed JSON fall back to the longest valid prefix of complete events.
 
     Invalid UTF-8 is replaced (U+FFFD) and events of the wrong shape are skipped; both are noted in ``notes``.
