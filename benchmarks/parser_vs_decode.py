@@ -2,7 +2,7 @@
 
     python benchmarks/parser_vs_decode.py [FOLDER ...] [--repeat 3]
 
-The floor reads each file and decodes it with the parser's own struct types (``parsers.kineto._TypedDoc``:
+The floor reads each file and decodes it with the parser's own struct types (``parsers.kineto_events.TypedDoc``:
 the same event fields and args), building nothing else. The parser (``load_trace``) also inflates, slices,
 reduces every slice to columns and builds the tables. Printed: CPU seconds of each, the floor also with the garbage collector off (median over repeats,
 interleaved so machine load hits both alike) and their ratio. Default input: the 8 × 20 MB simulated job
@@ -33,9 +33,9 @@ def _files(folders: list[str]) -> list[Path]:
 
 def bare_decode(path: Path) -> int:
     """Read (inflate) and decode with the parser's typed structs; the number of events."""
-    from parsers.kineto import _DECODER
+    from parsers.kineto_decode import DOC_DECODER
     from parsers.trace_bytes import read_trace_bytes
-    doc = _DECODER.decode(read_trace_bytes(path).data)
+    doc = DOC_DECODER.decode(read_trace_bytes(path).data)
     return len(doc.traceEvents or [])
 
 

@@ -22,7 +22,8 @@ import msgspec
 import numpy as np
 import pandas as pd
 
-from parsers.collective_names import normalise_op, op_from_kernel_name
+from parsers.collective_names import normalise_op
+from parsers.comm_kernels import op_from_kernel_name
 from parsers.errors import InputError
 from parsers.trace_bytes import read_trace_bytes, salvage_json_prefix
 

@@ -1,4 +1,5 @@
-"""Normalise collective names from every source (kernel names, args, CPU ops, FR, NCCL COLL lines)."""
+"""Normalise collective names from every source (args, CPU ops, FR, NCCL COLL lines; kernel names through
+parsers/comm_kernels.op_from_kernel_name, which builds on this vocabulary)."""
 from __future__ import annotations
 
 import re
@@ -36,15 +37,6 @@ def normalise_op(name: str) -> str:
     if "multimemallreduce" in key or key.endswith("allreduce"):
         return "allreduce"
     return "unknown"
-
-
-def op_from_kernel_name(kernel: str) -> str:
-    """The op a communication kernel's name spells (``ncclKernel_AllReduce_RING_LL_Sum_float`` → allreduce,
-    ``userbuffers_fp16_sum_inplace_gpu_rr_rs<2>`` → reducescatter); 'unknown' for other kernels or when the name
-    does not say (RCCL's ``ncclDevKernel_Generic``). The families: parsers/comm_kernels.py."""
-    from parsers.comm_kernels import DEFAULT_TABLE
-    hit = DEFAULT_TABLE.match(kernel)
-    return hit[1] if hit is not None else "unknown"
 
 
 #: CPU ops that are communication, or a wait on it, wherever they sit (a compute span may hold them): functional

@@ -15,6 +15,8 @@ import re
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
+from parsers.collective_names import OPS, normalise_op
+
 #: Canonical op names (parsers/collective_names.OPS) a family may assign.
 _WORD_OPS = (  # (regex on the kernel name, op): the first that matches names the op; order matters
     (r"reduce_?scatter|ReduceScatter|_rs(?:_|\b|<)|reducescatter", "reducescatter"),
@@ -157,7 +159,6 @@ _NCCL_OP = re.compile(r"nccl(?:Symk)?(?:Dev)?Kernel_([A-Za-z]+)", re.IGNORECASE)
 
 
 def _nccl_op(name: str) -> str:
-    from parsers.collective_names import normalise_op
     m = _NCCL_OP.search(name)
     if m:
         return "unknown" if m.group(1).lower() == "generic" else normalise_op(m.group(1))
@@ -172,9 +173,16 @@ def _short(name: str) -> str:
 DEFAULT_TABLE = CommKernelTable()
 
 
+def op_from_kernel_name(kernel: str) -> str:
+    """The op a communication kernel's name spells (``ncclKernel_AllReduce_RING_LL_Sum_float`` → allreduce,
+    ``userbuffers_fp16_sum_inplace_gpu_rr_rs<2>`` → reducescatter); 'unknown' for other kernels or when the name
+    does not say (RCCL's ``ncclDevKernel_Generic``). The families: FAMILIES above."""
+    hit = DEFAULT_TABLE.match(kernel)
+    return hit[1] if hit is not None else "unknown"
+
+
 def user_families(rows: Iterable[dict]) -> tuple[CommFamily, ...]:
     """CommFamily rows from configuration dicts {pattern, op?, family?}; raises ValueError naming the bad entry."""
-    from parsers.collective_names import OPS
     out = []
     for i, r in enumerate(rows):
         if not isinstance(r, dict) or not isinstance(r.get("pattern"), str) or not r["pattern"]:

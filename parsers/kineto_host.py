@@ -15,7 +15,7 @@ import msgspec
 import numpy as np
 import pandas as pd
 
-from parsers.kineto import _to_ns
+from parsers.kineto_values import to_ns
 from parsers.trace_bytes import read_trace_bytes
 
 #: Host categories drawn (lower-case); python_function (with_stack) is left out: one slice per Python call.
@@ -116,8 +116,8 @@ def host_events(path: str) -> tuple[pd.DataFrame, dict[int, dict]]:
         return _empty()[0], kargs
     ts = np.array([r[0] for r in rows])
     dur = np.array([r[1] for r in rows])
-    start = _to_ns(ts) + base
-    out = pd.DataFrame({"start": start, "end": start + _to_ns(dur), "tid": np.array([r[2] for r in rows], np.int64),
+    start = to_ns(ts) + base
+    out = pd.DataFrame({"start": start, "end": start + to_ns(dur), "tid": np.array([r[2] for r in rows], np.int64),
                         "cat": [r[3] for r in rows], "name": [r[4] for r in rows],
                         "correlation": np.array([r[5] for r in rows], np.int64), "args": [r[6] for r in rows]})
     return out, kargs

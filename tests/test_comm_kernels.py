@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from analyzer.load.job import load_job
-from parsers.comm_kernels import DEFAULT_TABLE, FAMILIES, markdown_table, table_for
+from parsers.comm_kernels import DEFAULT_TABLE, FAMILIES, markdown_table, op_from_kernel_name, table_for
 from parsers.kineto import load_trace
 from rules.config import ConfigError, load_config_file
 from tests import kineto_builder as kb
@@ -69,6 +69,14 @@ def test_comm_families_by_name(name, family, op):
 @pytest.mark.parametrize("name", COMPUTE)
 def test_compute_kernels_stay_compute(name):
     assert DEFAULT_TABLE.match(name) is None
+
+
+def test_op_from_kernel_name_is_the_tables_op_and_unknown_for_compute():
+    """The op alone, as the frozen reference parser (benchmarks/reference_kineto.py) asks for it."""
+    assert op_from_kernel_name(NAMES[0][0]) == "allreduce"
+    assert op_from_kernel_name("userbuffers_fp16_sum_inplace_gpu_rr_rs<2>") == "reducescatter"
+    assert op_from_kernel_name("ncclDevKernel_Generic_1") == "unknown"  # RCCL: comm, but the name says no op
+    assert op_from_kernel_name(COMPUTE[-1]) == "unknown"
 
 
 def test_deepep_style_step_exact_comm_share_and_overlap():

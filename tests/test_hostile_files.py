@@ -9,6 +9,7 @@ import orjson
 import pytest
 
 import parsers.kineto as kineto
+import parsers.kineto_stream as kineto_stream
 from analyzer.load.job import load_job
 from parsers.errors import InputError
 from parsers.flight_recorder import load_dump
@@ -183,7 +184,7 @@ def test_absurd_numbers_and_nesting_lose_only_their_event(tmp_path):
 
 
 def test_garbage_after_the_array_start_stops_within_a_bounded_buffer(tmp_path, monkeypatch):
-    monkeypatch.setattr(kineto, "MAX_EVENT_BYTES", 1 << 20)
+    monkeypatch.setattr(kineto_stream, "MAX_EVENT_BYTES", 1 << 20)  # read there, not in the face
     p = tmp_path / "rank0.json"
     with open(p, "wb") as fh:
         fh.write(orjson.dumps({"traceEvents": _events(50)})[:-2] + b",")

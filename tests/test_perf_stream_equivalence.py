@@ -15,6 +15,8 @@ import pandas as pd
 import pytest
 
 import parsers.kineto as kineto
+from parsers.kineto_events import Event
+from parsers.kineto_stream import stream_trace
 from benchmarks import reference_kineto as ref
 from parsers.errors import InputError
 from tests.kineto_builder import kernel, nccl, runtime, step, trace, write
@@ -261,6 +263,6 @@ def test_odd_documents_behave_as_before(tmp_path, content):
 def test_slices_free_the_event_objects(tmp_path):
     """Collected columns only: no decoded event object outlives its slice."""
     p = write(tmp_path / "r0.json", trace(_tricky_events()))
-    col, _, _ = kineto._stream(p, 256)
+    col, _, _ = stream_trace(p, 256)
     held = [v for v in vars(col).values() if isinstance(v, list)]
-    assert not any(isinstance(x, kineto._Event) for lst in held for x in lst)
+    assert not any(isinstance(x, Event) for lst in held for x in lst)

@@ -19,6 +19,7 @@ from analyzer.rank import intervals as iv
 from analyzer.rank.breakdown import idle_breakdown, kernel_breakdown
 from analyzer.rank.metrics import kind_sets, rank_step_metrics
 from analyzer.rank.packed import Packed, StringPool, pack
+from analyzer.rank.profile import rank_profile
 
 #: Collective columns kept (the parser's, minus its activity index) and the ones stored as categories.
 COLLECTIVE_COLUMNS = ["start", "end", "stream", "op", "in_nelems", "out_nelems", "dtype", "pg_name", "pg_desc",
@@ -62,7 +63,7 @@ class RankSummary:
     start, end: own clock, ns), ``collectives`` (COLLECTIVE_COLUMNS; string columns categorical),
     ``step_metrics`` (analyzer.rank.metrics.STEP_COLUMNS; None once the job-wide table holds it),
     ``first_gaps`` (step, gap_ns: step start to its first device activity), ``kernels`` / ``idle``
-    (analyzer.rank.breakdown), ``profile`` (analyzer.report.profile.rank_profile: (rows, steps) or None).
+    (analyzer.rank.breakdown), ``profile`` (analyzer.rank.profile.rank_profile: (rows, steps) or None).
     ``blocks``: the pipeline blocks (analyzer.cross_rank.pipeline_blocks.RankBlocks) of a rank with
     send/recv, else None. ``comm_kernels``: the [tool.analyze] comm-kernels patterns the trace was parsed with
     (re-reads use the same).
@@ -102,7 +103,7 @@ class RankSummary:
 
     @property
     def profile(self) -> Any:
-        """(rows, steps) of analyzer.report.profile.rank_profile, or None."""
+        """(rows, steps) of analyzer.rank.profile.rank_profile, or None."""
         return None if self._profile is None else (self._profile.frame(), self.profile_steps)
 
     @profile.setter
@@ -266,7 +267,6 @@ def lanes_of(sets: dict[str, iv.Intervals]) -> RankLanes:
 def summarise(trace: Any) -> tuple[RankSummary, RankLanes]:
     """The compact per-rank results of one parsed trace, and its interval sets (kept apart: see the module)."""
     from analyzer.cross_rank.pipeline_blocks import rank_blocks  # rank-local: only this trace's activity
-    from analyzer.report.profile import rank_profile
     a = trace.activity
     c = trace.collectives
     blocks = None

@@ -1,0 +1,83 @@
+"""The slim msgspec structs a Kineto / Chrome trace decodes into: only the fields the analysis reads.
+
+A typed decoder skips every other key without building a dict per event (docs/performance.md). ``ShapeArgs`` /
+``ShapeEvent`` add record_shapes' input shapes, decoded only for slices that hold gloo collective spans
+(``GLOO_MARK``); the document structs hold the top-level members read besides the events.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import msgspec
+
+
+class EventArgs(msgspec.Struct, gc=False):
+    """The handful of event args the analysis reads; everything else is skipped by the decoder."""
+
+    stream: Any = None
+    device: Any = None
+    correlation: Any = None
+    external_id: Any = msgspec.field(default=None, name="External id")
+    coll_name: Any = msgspec.field(default=None, name="Collective name")
+    in_nelems: Any = msgspec.field(default=None, name="In msg nelems")
+    out_nelems: Any = msgspec.field(default=None, name="Out msg nelems")
+    group_size: Any = msgspec.field(default=None, name="Group size")
+    dtype: Any = None
+    pg_name: Any = msgspec.field(default=None, name="Process Group Name")
+    pg_desc: Any = msgspec.field(default=None, name="Process Group Description")
+    pg_ranks: Any = msgspec.field(default=None, name="Process Group Ranks")
+    name: Any = None  # metadata events: process/thread names
+    concrete_inputs: Any = msgspec.field(default=None, name="Concrete Inputs")  # c10d::send/recv_: peer rank
+    src_rank: Any = msgspec.field(default=None, name="Src Rank")  # NCCL recv metadata: the global peer rank
+    dst_rank: Any = msgspec.field(default=None, name="Dst Rank")  # NCCL send metadata
+
+
+class Event(msgspec.Struct, gc=False):
+    ph: Any = None
+    cat: Any = None
+    name: Any = None
+    pid: Any = None
+    tid: Any = None
+    ts: Any = None
+    dur: Any = None
+    args: Optional[EventArgs] = None
+
+
+class ShapeArgs(EventArgs, gc=False):
+    """EventArgs plus record_shapes' input shapes and dtypes: decoded only for slices that hold gloo collective spans
+    (gloo writes no "In msg nelems"; see gloo_size), so GPU traces never build these lists."""
+
+    input_dims: Any = msgspec.field(default=None, name="Input Dims")
+    input_type: Any = msgspec.field(default=None, name="Input type")
+
+
+class ShapeEvent(Event, gc=False):
+    args: Optional[ShapeArgs] = None
+
+
+GLOO_MARK = b'"gloo:'
+
+
+class DocMembers(msgspec.Struct):
+    """The top-level members of a trace the analysis reads besides its events."""
+
+    distributedInfo: Any = None
+    deviceProperties: Any = None
+    displayTimeUnit: Any = None
+    baseTimeNanoseconds: Any = None
+    host_name: Any = None
+    traceName: Any = None
+
+
+class TypedDoc(DocMembers):
+    traceEvents: Optional[list[Event]] = None
+
+
+class LenientDoc(DocMembers):
+    """Events left undecoded, for documents where some of them have the wrong shape."""
+
+    traceEvents: Optional[list[Any]] = None
+
+
+class TypedShapeDoc(DocMembers):
+    traceEvents: Optional[list[ShapeEvent]] = None
