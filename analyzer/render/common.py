@@ -4,10 +4,9 @@ from __future__ import annotations
 from typing import Any, Iterable, Optional
 
 from analyzer.render import sanitize
+from rules.finding import SEVERITIES, SEVERITY_RANK as _RANK
 
-SEVERITIES = ("error", "warning", "info")
 FAIL_ON = ("error", "warning", "never")
-_RANK = {"error": 0, "warning": 1, "info": 2}
 
 
 def printable(text: Any) -> str:

@@ -12,7 +12,7 @@ from typing import Any, Callable, Optional
 
 import orjson
 
-from analyzer.render.common import severity_rank
+from rules.finding import SEVERITY_RANK
 
 REPORT_SCHEMA = "dtrace-analyzer/report"
 
@@ -354,7 +354,7 @@ def regression_findings(section: dict) -> list[dict]:
 
 def rank_findings(findings: list[dict]) -> list[dict]:
     """Severity, then estimated cost (higher first), then confidence (higher first)."""
-    return sorted(findings, key=lambda f: (severity_rank(f.get("severity")), -(f.get("cost") or 0.0),
+    return sorted(findings, key=lambda f: (SEVERITY_RANK.get(f.get("severity") or "", 3), -(f.get("cost") or 0.0),
                                            -(f.get("confidence") or 0.0)))
 
 
