@@ -24,11 +24,17 @@ from tests.kineto_builder import kernel, nccl, runtime, step, trace, write
 pytestmark = pytest.mark.slow  # loads real or 64+ rank folders: outside the everyday loop
 
 ROOT = Path(__file__).resolve().parent.parent
-# real-cpu-perf-2 holds 96 traces of one producer (torch 2.13's CPU profiler) that real-cpu-perf already covers:
-# one of its runs is sliced here, the rest would add ~15 s of CI and no new token shapes.
-_BED2 = ROOT / "fixtures" / "real-cpu-perf-2"
-REAL = sorted(p for p in (ROOT / "fixtures").rglob("*.json.gz")
-              if _BED2 not in p.parents or p.parent.name == "fsdp3-compute-25")
+# real-cpu-perf-2 and -3 hold 96 and 105 traces of one producer (torch 2.13's CPU profiler) that real-cpu-perf
+# already covers: one run of each (-3's a conv net) is sliced here, the rest would add CI time and no new token shapes.
+_BEDS = {ROOT / "fixtures" / "real-cpu-perf-2": "fsdp3-compute-25", ROOT / "fixtures" / "real-cpu-perf-3": "ddp3-conv-clean"}
+
+
+def _sliced(p: Path) -> bool:
+    bed = next((b for b in _BEDS if b in p.parents), None)
+    return bed is None or p.parent.name == _BEDS[bed]
+
+
+REAL = sorted(p for p in (ROOT / "fixtures").rglob("*.json.gz") if _sliced(p))
 
 
 def _same(a, b) -> None:
