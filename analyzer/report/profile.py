@@ -6,12 +6,13 @@ are no steps). The longest `MAX_NAMES` are kept, names cut at `NAME_CHARS`, so a
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
-import pandas as pd
 
-from analyzer.rank.metrics import step_windows
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 MAX_NAMES = 200
 NAME_CHARS = 240
@@ -21,6 +22,7 @@ def _outermost(a: pd.DataFrame) -> np.ndarray:
     """Rows not inside an earlier-starting row of the same thread (stream): the outermost CPU operators, so a
     wrapper and the op it wraps are not both counted. Vectorised: per thread, a row is nested when it starts before
     the running maximum end of the rows sorted before it."""
+    import pandas as pd
     d = pd.DataFrame({"s": a["stream"].to_numpy(), "b": a["start"].to_numpy(), "e": a["end"].to_numpy()})
     d = d.sort_values(["s", "b", "e"], ascending=[True, True, False], kind="stable")
     prev = d.groupby("s", sort=False)["e"].cummax().groupby(d["s"], sort=False).shift()
@@ -31,7 +33,9 @@ def _outermost(a: pd.DataFrame) -> np.ndarray:
 
 def rank_profile(trace: Any) -> Optional[tuple[pd.DataFrame, int]]:
     """One rank's (name, kind, per_step_n, per_step_ns) rows and its step count; None without activity or steps."""
+    import pandas as pd
     a = trace.activity
+    from analyzer.rank.metrics import step_windows
     steps, lo, hi, _ = step_windows(trace)
     if not len(a) or not len(steps):
         return None
@@ -66,6 +70,7 @@ def profile_section(job: Any) -> dict:
         frames.append(got[0])
     if not frames:
         return {}
+    import pandas as pd
     allk = pd.concat(frames, ignore_index=True)
     allk["name"] = allk["name"].astype(str).str.slice(0, NAME_CHARS)
     agg = allk.groupby(["name", "kind"], sort=False)[["per_step_n", "per_step_ns"]].sum() / n_ranks
