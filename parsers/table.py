@@ -99,7 +99,12 @@ class Table:
         for c in names:
             parts = [t._cols[c] if c in t._cols else _fill(None, len(t)) for t in tables]
             kinds = {p.dtype for p in parts if len(p)} or {parts[0].dtype}
-            out[c] = np.concatenate(parts).astype(kinds.pop() if len(kinds) == 1 else object)
+            if len(kinds) == 1:
+                out[c] = np.concatenate(parts).astype(kinds.pop())
+            elif all(k.kind in "iuf" for k in kinds):  # int32 and int64 → int64, ints and floats → float
+                out[c] = np.concatenate(parts).astype(np.result_type(*kinds))
+            else:
+                out[c] = np.concatenate([p.astype(object) for p in parts])
         return Table(out, names)
 
     # --- shape
