@@ -65,7 +65,7 @@ class Table:
         names = list(columns) if columns is not None else list(data)
         cols: dict[str, np.ndarray] = {}
         for c in names:
-            v = data.get(c, None) if c in data else _fill(None, n)
+            v = data[c] if c in data else _fill(None, n)
             cols[c] = column(v, dtypes.get(c)) if _is_seq(v) else _fill(v, n, dtypes.get(c))
         self._cols = cols
 
@@ -137,11 +137,12 @@ class Table:
         return self.take(key)
 
     def __setitem__(self, name: str, values: Any) -> None:
-        """Set or add a column (a scalar fills it)."""
-        n = len(self)
-        self._cols[name] = column(values) if _is_seq(values) else _fill(values, n)
-        if _is_seq(values) and self._cols and len(self._cols[name]) != n and len(self._cols) > 1:
-            raise ValueError(f"column {name!r} has {len(self._cols[name])} values, the table {n} rows")
+        """Set or add a column (a scalar fills it); its length must be the table's."""
+        col = column(values) if _is_seq(values) else _fill(values, len(self))
+        others = [c for c in self._cols if c != name]
+        if others and len(col) != len(self._cols[others[0]]):
+            raise ValueError(f"column {name!r} has {len(col)} values, the table {len(self)} rows")
+        self._cols[name] = col
 
     def take(self, rows: Any) -> "Table":
         """The rows a boolean mask, an index array or a slice picks, in that order."""
