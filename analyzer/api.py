@@ -8,9 +8,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Union
 
-import pandas as pd
+if TYPE_CHECKING:
+    import pandas as pd
+
 
 PathLike = Union[str, "os.PathLike[str]"]
 

@@ -1,10 +1,12 @@
-"""The fixed cost of one `analyze` run on the smallest folder, next to the interpreter's and pandas' own start-up.
+"""The fixed cost of one `analyze` run on the smallest folders, next to the interpreter's and pandas' own start-up.
 
-    python benchmarks/startup.py [FOLDER] [--runs 9]
+    python benchmarks/startup.py [FOLDER ...] [--runs 9]
 
-A CI step that runs `analyze` on many small jobs pays this each time. The three commands run in turn, round after
-round (so a machine's drift hits all three alike), each as a fresh process; the medians and the ratios to
-`python -c pass` and to `python -c 'import pandas'` are printed. Byte-code caches are allowed to be written
+A CI step that runs `analyze` on many small jobs pays this each time. By default two hang folders are timed: a
+stderr-only one (torchrun's log of a size abort) and one with a Flight Recorder dump next to the launcher's log;
+neither needs pandas, matplotlib or Dask (docs/performance.md, "Start-up"). The commands run in turn, round after
+round (so a machine's drift hits all alike), each as a fresh process; the medians and the ratios to
+`python -c pass` and to `python -c 'import pandas'` are printed per folder. Byte-code caches are allowed to be written
 (a warm-up run of each first), as on a user's machine: an environment with PYTHONDONTWRITEBYTECODE set would
 otherwise compile every module from source on every run.
 """
@@ -20,7 +22,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT = ROOT / "fixtures" / "real-cpu-failures" / "stderr_only_size_abort"
+DEFAULTS = (ROOT / "fixtures" / "real-cpu-failures" / "stderr_only_size_abort",   # stderr only
+            ROOT / "fixtures" / "real-cpu-failures" / "size_coalescing_manager")  # an FR dump + torchrun's log
 
 
 def _time(cmd: list[str], env: dict) -> tuple[float, float]:
@@ -36,34 +39,40 @@ def _time(cmd: list[str], env: dict) -> tuple[float, float]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("folder", nargs="?", default=str(DEFAULT))
+    ap.add_argument("folders", nargs="*", default=[str(d) for d in DEFAULTS])
     ap.add_argument("--runs", type=int, default=9)
     ap.add_argument("--format", default="json")
     a = ap.parse_args(argv)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     env["PYTHONPATH"] = str(ROOT)
     out = Path(tempfile.mkdtemp()) / "report"
-    cmds = {"python -c pass": [sys.executable, "-c", "pass"],
-            "python -c 'import pandas'": [sys.executable, "-c", "import pandas"],
-            f"analyze FOLDER --format {a.format}": [sys.executable, "-m", "analyzer", a.folder, "--format", a.format,
-                                                   "-o", str(out)]}
+    base_cmds = {"python -c pass": [sys.executable, "-c", "pass"],
+                 "python -c 'import pandas'": [sys.executable, "-c", "import pandas"]}
+    ours = {f"analyze FOLDER{i + 1} --format {a.format}": [sys.executable, "-m", "analyzer", folder, "--format",
+                                                          a.format, "-o", str(out)]
+            for i, folder in enumerate(a.folders)}
+    cmds = {**base_cmds, **ours}
     for cmd in cmds.values():
         _time(cmd, env)  # warm-up: byte-code caches, the page cache
     times: dict[str, list[tuple[float, float]]] = {k: [] for k in cmds}
     for _ in range(a.runs):
         for k, cmd in cmds.items():
             times[k].append(_time(cmd, env))
-    print(f"folder: {a.folder}  ({a.runs} rounds, medians; load average {os.getloadavg()[0]:.1f})")
+    print(f"{a.runs} rounds, medians; load average {os.getloadavg()[0]:.1f}")
+    for i, folder in enumerate(a.folders):
+        print(f"FOLDER{i + 1}: {folder}")
     for j, what in ((0, "wall"), (1, "cpu")):
         med = {k: statistics.median(t[j] for t in v) for k, v in times.items()}
-        base, pandas, ours = (med[k] for k in cmds)
+        base, pandas = med["python -c pass"], med["python -c 'import pandas'"]
         print(f" {what} seconds")
         for k, v in med.items():
             vals = [t[j] for t in times[k]]
             print(f"  {k:40s} {v:6.3f} s   (min {min(vals):.3f}, max {max(vals):.3f})")
-        print(f"  analyze / python -c pass          {ours / base:6.1f} x")
-        print(f"  analyze / import pandas           {ours / pandas:6.2f} x")
-        print(f"  analyze - import pandas           {ours - pandas:6.3f} s  (the cost that is ours)")
+        for k in ours:
+            name = k.split()[1]
+            print(f"  {name} / python -c pass        {med[k] / base:6.1f} x")
+            print(f"  {name} / import pandas         {med[k] / pandas:6.2f} x")
+            print(f"  {name} - python -c pass        {med[k] - base:6.3f} s  (the cost that is ours)")
     return 0
 
 

@@ -11,12 +11,13 @@ from typing import Any
 
 import numpy as np
 import orjson
-import pandas as pd
+import numpy as np
 
 from parsers.collective_names import normalise_op as canonical_op
 from parsers.errors import InputError
 from parsers.safe_open import open_input
 from parsers.safe_unpickle import MAX_PICKLE_BYTES, UnsafePickleError, check_plain, safe_loads, salvage_loads
+from parsers.table import Table, column
 
 ENTRY_COLUMNS = [
     "record_id", "pg_id", "pg_name", "pg_desc", "collective_seq_id", "p2p_seq_id", "op_id", "profiling_name", "op",
@@ -54,7 +55,7 @@ class FlightRecorderDump:
     version: str
     pg_config: dict[str, dict[str, Any]]
     pg_status: dict[str, dict[str, int]]
-    entries: pd.DataFrame
+    entries: Table
     warnings: list[str] = field(default_factory=list)
     rank_source: str = "none"
     format: str = "pickle"
@@ -314,16 +315,19 @@ def _entry_row(e: dict, pg_names: dict[str, str], rd: _Reader) -> dict[str, Any]
     }
 
 
-def entries_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
-    """Rows → the entries DataFrame with fixed columns and dtypes (empty table when no rows)."""
-    df = pd.DataFrame(rows, columns=ENTRY_COLUMNS)
-    for c in INT_COLUMNS:
-        df[c] = df[c].astype("int64") if len(df) else pd.Series([], dtype="int64")
-    for c in ("is_p2p", "retired"):
-        df[c] = df[c].fillna(False).astype(bool)
-    for c in set(ENTRY_COLUMNS) - set(INT_COLUMNS) - {"is_p2p", "retired"}:
-        df[c] = df[c].fillna("").astype(str)
-    return df
+def entries_frame(rows: list[dict[str, Any]]) -> Table:
+    """Rows → the entries table with fixed columns and dtypes (empty table when no rows): int64 numbers, bool
+    flags, str text."""
+    data: dict[str, Any] = {}
+    for c in ENTRY_COLUMNS:
+        vals = [r.get(c) for r in rows]
+        if c in INT_COLUMNS:
+            data[c] = np.array(vals, dtype=np.int64)
+        elif c in ("is_p2p", "retired"):
+            data[c] = np.array([bool(v) if v is not None else False for v in vals], dtype=bool)
+        else:
+            data[c] = column(["" if v is None else str(v) for v in vals], object)
+    return Table(data, ENTRY_COLUMNS)
 
 
 def rank_from_name(path: str | Path) -> int | None:
@@ -552,13 +556,13 @@ def _read_pg_status(p: str, st: Any, warnings: list[str], rd: _Reader) -> dict[s
     return out
 
 
-def _check_wrap(p: str, entries: pd.DataFrame, warnings: list[str]) -> None:
+def _check_wrap(p: str, entries: Table, warnings: list[str]) -> None:
     """Note a ring buffer that wrapped: the first collective of a group has seq > 1."""
     if entries.empty:
         return
     coll = entries[~entries["is_p2p"] & (entries["collective_seq_id"] > 0)]
-    first = coll.groupby("pg_name")["collective_seq_id"].min()
-    wrapped = first[first > 1]
+    first = {k: int(x["collective_seq_id"].min()) for k, x in coll.groups("pg_name")}
+    wrapped = {k: v for k, v in first.items() if v > 1}
     if len(wrapped):
         warnings.append(f"{p}: ring buffer wrapped (older entries dropped); first seq per group: "
                         + ", ".join(f"{k}={v}" for k, v in wrapped.items()))

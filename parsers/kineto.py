@@ -22,7 +22,7 @@ from typing import Optional
 
 from parsers.comm_kernels import CommKernelTable
 from parsers.errors import InputError
-from parsers.file_rank import rank_from_file_name
+from parsers.file_names import rank_from_file_name
 from parsers.kineto_collect import Collector
 from parsers.kineto_decode import DEPTH_HINT, Fallback, decode_document
 from parsers.kineto_events import TypedDoc

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from parsers.collective_names import normalise_op
-from parsers.file_rank import rank_from_file_name
+from parsers.file_names import rank_from_file_name
 from parsers.kineto_collect import F_COMM_KERNEL, F_COMM_SPAN, F_GLOO, F_RPC, F_STEP, Collector
 from parsers.kineto_collectives import (SpanIndex, coll_record, collectives_frame, nccl_peer, op_from_launcher,
                                         sendrecv_is_alltoall)

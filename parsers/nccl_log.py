@@ -10,7 +10,6 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pandas as pd
 
 from parsers.errors import InputError
 from parsers.nccl_envelope import (LEVEL_MARKERS, MAX_LINE_BYTES, clean_line, collect_rejected_ints, match_envelope,
@@ -18,7 +17,8 @@ from parsers.nccl_envelope import (LEVEL_MARKERS, MAX_LINE_BYTES, clean_line, co
 from parsers.safe_open import open_input
 from parsers.trace_bytes import GZIP_MAGIC, BlockReader
 from parsers.nccl_messages import NCCL_TESTS_FAIL, NCCL_TESTS_RANK, VERSION, classify_message
-from parsers.nccl_state import LogState
+from parsers.nccl_state import CHANNEL_COLUMNS, LogState
+from parsers.table import Table
 from parsers.watchdog_log import PT_MARKERS, parse_pytorch_line
 
 HEAD_BYTES = 65536
@@ -33,22 +33,21 @@ class NcclLog:
     """Tables from one NCCL / watchdog log; every table keeps its columns even when empty."""
 
     path: str
-    processes: pd.DataFrame
-    communicators: pd.DataFrame
-    connections: pd.DataFrame
-    networks: pd.DataFrame
-    env: pd.DataFrame
-    colls: pd.DataFrame
-    warns: pd.DataFrame
-    watchdog: pd.DataFrame
+    processes: Table
+    communicators: Table
+    connections: Table
+    networks: Table
+    env: Table
+    colls: Table
+    warns: Table
+    watchdog: Table
     unrecognised: int
     n_lines: int
     warnings: list[str] = field(default_factory=list)
     family_counts: dict[str, int] = field(default_factory=dict)
     #: the per-communicator channel summary lines (`N coll channels, … nvls channels, … p2p channels …`; -1 when the
     #: NCCL version does not print that count), one row per line
-    channels: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(
-        {c: [] for c in ("host", "pid", "coll", "collnet", "nvls", "p2p", "p2p_per_peer", "line")}))
+    channels: Table = field(default_factory=lambda: Table.empty_of(CHANNEL_COLUMNS))
 
 
 def looks_like_nccl_log(head: bytes) -> bool:

@@ -10,10 +10,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
-import pandas as pd
 
 from parsers.nccl_envelope import MAX_LINE_BYTES, NO_TAG, LauncherTag, int64, parse_launcher
 from parsers.nccl_messages import IB_DEV, iface_matches, normalise_transport
+from parsers.table import Table, objects
 from parsers.watchdog_log import COLUMNS as WATCHDOG_COLUMNS
 
 PROCESS_COLUMNS = ("host", "pid", "cuda_dev", "nccl_version", "launcher_rank", "rank", "rank_source",
@@ -69,7 +69,7 @@ class _Proc:
 
 
 class LogState:
-    """Accumulates rows of every table; `build` turns them into DataFrames."""
+    """Accumulates rows of every table; `build` turns them into tables (parsers/table.py)."""
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -449,7 +449,7 @@ class LogState:
             family_counts=dict(self.families), channels=_frame(self.chans, CHANNEL_COLUMNS),
         )
 
-    def _processes(self, comms: pd.DataFrame) -> pd.DataFrame:
+    def _processes(self, comms: Table) -> Table:
         """One row per (host, pid): device, version, launcher rank and global rank with its source."""
         maxn = int(comms["nranks"].max()) if len(comms) else -1
         hosts = {h for h, _ in self.procs}
@@ -534,23 +534,40 @@ def _mode(c: Counter) -> int:
     return c.most_common(1)[0][0] if c else -1
 
 
-def _frame(rows: list, columns: tuple[str, ...]) -> pd.DataFrame:
-    """DataFrame with fixed columns (also when empty); integer columns as int64."""
+def _frame(rows: list, columns: tuple[str, ...]) -> Table:
+    """A table with fixed columns (also when empty); integer columns as int64, `complete` as bool."""
     if rows and isinstance(rows[0], dict):
-        df = pd.DataFrame.from_records(rows, columns=list(columns))
+        data = {c: [r.get(c) for r in rows] for c in columns}
     else:
-        df = pd.DataFrame.from_records(rows, columns=list(columns)) if rows else pd.DataFrame(columns=list(columns))
+        data = {c: [r[i] if i < len(r) else None for r in rows] for i, c in enumerate(columns)}
+    out: dict[str, np.ndarray] = {}
     for c in columns:
+        vals = data[c]
         if c in _INT_COLS:
-            if df[c].dtype.kind in "ib" or not len(df):  # signed ints: parsing has range-checked every value
-                df[c] = df[c].astype("int64")
-            else:  # safety net (uint64 would wrap, NaN would raise): cell by cell
-                df[c] = pd.Series([_fit64(v) for v in df[c]], index=df.index, dtype="int64")
+            out[c] = _int64_column(vals)
         elif c == "complete":
-            df[c] = df[c].astype(bool)
+            out[c] = np.array([bool(v) for v in vals], dtype=bool)
         else:
-            df[c] = df[c].astype(object) if not len(df) else df[c]
-    return df
+            out[c] = _values(vals)
+    return Table(out, columns)
+
+
+def _int64_column(vals: list) -> np.ndarray:
+    """Integer cells as int64; signed ints have been range-checked by parsing, anything else (a uint64 that would
+    wrap, None, NaN) goes cell by cell through :func:`_fit64`."""
+    if all(isinstance(v, (int, np.integer)) for v in vals):
+        try:
+            return np.array(vals, dtype=np.int64)
+        except OverflowError:
+            pass
+    return np.array([_fit64(v) for v in vals], dtype=np.int64)
+
+
+def _values(vals: list) -> np.ndarray:
+    """A text (or other) column: Python objects, except a column of floats only (as pandas would infer it)."""
+    if vals and all(isinstance(v, float) for v in vals):
+        return np.array(vals, dtype=float)
+    return objects(vals)
 
 
 def _fit64(v) -> int:
@@ -564,13 +581,29 @@ def _fit64(v) -> int:
     return int64(str(v))
 
 
-def _attach_comm(colls: pd.DataFrame, comms: pd.DataFrame) -> pd.DataFrame:
-    """Give each COLL row the comm_id and comm rank of the latest Init of its pointer in its process."""
-    right = comms[["host", "pid", "comm", "line", "comm_id", "rank"]].sort_values("line")
-    left = colls.drop(columns=["comm_id", "rank"]).reset_index().sort_values("line")
-    merged = pd.merge_asof(left, right, on="line", by=["host", "pid", "comm"], direction="backward")
-    merged = merged.sort_values("index").set_index("index")
-    merged.index.name = None
-    merged["comm_id"] = merged["comm_id"].fillna("").astype(object)
-    merged["rank"] = merged["rank"].fillna(-1).astype("int64")
-    return merged[list(COLL_COLUMNS)]
+def _attach_comm(colls: Table, comms: Table) -> Table:
+    """Give each COLL row the comm_id and comm rank of the latest Init of its pointer in its process (at or
+    before the COLL line)."""
+    import bisect
+    inits: dict[tuple, list[tuple[int, int]]] = {}
+    for i, (h, p, c, ln) in enumerate(zip(comms["host"].tolist(), comms["pid"].tolist(), comms["comm"].tolist(),
+                                          comms["line"].tolist())):
+        inits.setdefault((h, p, c), []).append((ln, i))
+    for v in inits.values():
+        v.sort()
+    lines = {k: [ln for ln, _ in v] for k, v in inits.items()}
+    cid_of, rank_of = comms["comm_id"].tolist(), comms["rank"].tolist()
+    cid = np.empty(len(colls), dtype=object)
+    rank = np.full(len(colls), -1, dtype=np.int64)
+    for j, (h, p, c, ln) in enumerate(zip(colls["host"].tolist(), colls["pid"].tolist(), colls["comm"].tolist(),
+                                          colls["line"].tolist())):
+        k = (h, p, c)
+        at = bisect.bisect_right(lines[k], ln) - 1 if k in lines else -1
+        if at >= 0:
+            i = inits[k][at][1]
+            v = cid_of[i]
+            cid[j] = "" if v is None or v != v else v
+            rank[j] = rank_of[i]
+        else:
+            cid[j] = ""
+    return colls.with_columns(comm_id=cid, rank=rank)[list(COLL_COLUMNS)]

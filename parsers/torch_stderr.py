@@ -16,15 +16,15 @@ from pathlib import Path
 from typing import Optional
 
 import numpy as np
-import pandas as pd
 
 from parsers.errors import InputError
 from parsers.safe_open import open_input
-from parsers.kineto import rank_from_file_name
+from parsers.file_names import rank_from_file_name
 from parsers.stderr_events import GUARD, candidate_mask, classify, exc_head
 from parsers.stderr_prefix import peel
 from parsers.stderr_structure import CHAINED, MAX_TEXT, TB_HEAD, FailureTable, Traceback
 from parsers.numbers import int_column
+from parsers.table import Table
 
 MAX_LINE = 64 * 1024    # bytes of one line that are read; the rest of a longer line is skipped and counted
 BLOCK = 1024 * 1024      # bytes read at a time
@@ -49,7 +49,7 @@ FAILURE_COLUMNS: dict[str, object] = {
 }
 _INT_COLUMNS = {c for c, v in {**EVENT_COLUMNS, **TRACEBACK_COLUMNS, **FAILURE_COLUMNS}.items()
                 if isinstance(v, int) and not isinstance(v, bool)}
-_CATEGORY_COLUMNS = {"kind", "label", "source", "exc_type", "signal", "host"}
+_DIGITS = re.compile(r"\d{1,7}")
 
 _CTRL = re.compile(r"\x1b\[[0-9;?]{0,32}[ -/]{0,4}[@-~]|\x1b[@-Z\\-_]|[\x00-\x08\x0a-\x1f\x7f-\x9f]")
 # torchrun's own log lines (glog-like since torch 2.2, `LEVEL:logger:` before): evidence of a launcher's console
@@ -78,9 +78,9 @@ class StderrLog:
     """Tables from one stderr file; every table keeps its columns even when empty (docs/stderr.md)."""
 
     path: str
-    events: pd.DataFrame
-    tracebacks: pd.DataFrame
-    failures: pd.DataFrame
+    events: Table
+    tracebacks: Table
+    failures: Table
     ranks: list[int]
     n_lines: int
     #: the one rank this file belongs to (file name, torchrun log-dir layout or a single `[rankN]:` tag), else None
@@ -416,7 +416,7 @@ class _Parser:
         self._resolve(events, tracebacks, failures_df, file_rank, layout_local, warnings)
         ranks = set(self.tag_ranks)
         for df in (events, tracebacks, failures_df):
-            ranks.update(int(r) for r in df["rank"].unique() if r >= 0)
+            ranks.update(int(r) for r in np.unique(df["rank"]) if r >= 0)
         if file_rank is not None:
             ranks.add(file_rank)
         events = _finalise(events.drop(columns="_tagged"), EVENT_COLUMNS)
@@ -436,7 +436,7 @@ class _Parser:
             return next(iter(self.tag_ranks)), layout_local
         return None, layout_local
 
-    def _resolve(self, events: pd.DataFrame, tracebacks: pd.DataFrame, failures: pd.DataFrame,
+    def _resolve(self, events: Table, tracebacks: Table, failures: Table,
                  file_rank: Optional[int], layout_local: int, warnings: list[str]) -> None:
         """Fill unknown global ranks: tee local rank → rank, pid → rank (from this file), then the file rank."""
         pairs: dict[tuple[str, int], set[int]] = {}
@@ -458,26 +458,28 @@ class _Parser:
         for df in (events, tracebacks):
             if df.empty:
                 continue
+            rank, local = df["rank"], df["local_rank"]  # changed in place
             if layout_local >= 0:  # every line of a --log-dir worker file is that worker's
-                df.loc[df["local_rank"] < 0, "local_rank"] = layout_local
-            unknown = df["rank"] < 0
+                local[local < 0] = layout_local
+            unknown = rank < 0
             if local_map and unknown.any():
-                keys = list(zip(df["label"], df["local_rank"]))
+                keys = list(zip(df["label"].tolist(), local.tolist()))
                 mapped = np.array([local_map.get(k, -1) for k in keys], dtype=np.int64)
-                df.loc[unknown, "rank"] = mapped[unknown.to_numpy()]
+                rank[unknown] = mapped[unknown]
             if "pid" in df.columns and pid_rank:
-                unknown = (df["rank"] < 0) & (df["pid"] >= 0)
+                unknown = (rank < 0) & (df["pid"] >= 0)
                 if unknown.any():
                     mapped = np.array([pid_rank.get((lb, int(p)), -1) for lb, p in zip(df["label"], df["pid"])])
-                    df.loc[unknown, "rank"] = mapped[unknown.to_numpy()]
+                    rank[unknown] = mapped[unknown]
             if file_rank is not None:
                 # tee-tagged lines are the file's too when it holds one worker's tag only (a per-rank file of a
                 # --tee run: `[default3]:` is rank 7's local rank on its node)
-                mine = ~df["_tagged"] | (len(self.local_tags) == 1 and not self.tables and not self.agent_lines)
-                df.loc[(df["rank"] < 0) & mine, "rank"] = file_rank
+                mine = ~df["_tagged"].astype(bool) | (len(self.local_tags) == 1 and not self.tables
+                                                      and not self.agent_lines)
+                rank[(rank < 0) & mine] = file_rank
             if srun_is_rank:
-                labelled = (df["rank"] < 0) & df["label"].str.fullmatch(r"\d{1,7}")
-                df.loc[labelled, "rank"] = df.loc[labelled, "label"].astype(np.int64)
+                labelled = (rank < 0) & np.array([bool(_DIGITS.fullmatch(str(x))) for x in df["label"]], dtype=bool)
+                rank[labelled] = [int(x) for x in df["label"][labelled]]
 
     def _warnings(self, n_lines: int, stats: _ReadStats) -> list[str]:
         p, out = self.path, []
@@ -504,13 +506,14 @@ class _Parser:
         return out
 
 
-def _frame(rows: list[dict], columns: dict[str, object], extra: tuple[str, ...] = ()) -> pd.DataFrame:
-    """Rows → a DataFrame with every column (defaults for missing fields)."""
+def _frame(rows: list[dict], columns: dict[str, object], extra: tuple[str, ...] = ()) -> Table:
+    """Rows → a table with every column (defaults for missing fields)."""
     cols = list(columns) + list(extra)
     if not rows:
-        return pd.DataFrame({c: pd.Series([], dtype=_dtype(c, columns.get(c, False))) for c in cols})
+        return Table.empty_of(cols, {c: _dtype(c, columns.get(c, False)) for c in cols})
     data = {c: [r.get(c, columns.get(c, False)) for r in rows] for c in cols}
-    return pd.DataFrame(data)
+    return Table({c: int_column(v) if _dtype(c, columns.get(c, False)) == "int64" else v for c, v in data.items()},
+                 cols)
 
 
 def _dtype(name: str, default: object) -> str:
@@ -519,8 +522,9 @@ def _dtype(name: str, default: object) -> str:
     return "int64" if isinstance(default, int) else "object"
 
 
-def _finalise(df: pd.DataFrame, columns: dict[str, object]) -> pd.DataFrame:
-    """Compact dtypes: ints as int64 (bytes) / int32 (the rest), repeated strings as categories."""
+def _finalise(df: Table, columns: dict[str, object]) -> Table:
+    """Compact dtypes: ints as int64 (bytes, pids, tags, seqs, timeouts) / int32 (the rest), flags as bool,
+    text as Python strings."""
     out = df[list(columns)].copy()
     for c, default in columns.items():
         if isinstance(default, bool):
@@ -528,6 +532,6 @@ def _finalise(df: pd.DataFrame, columns: dict[str, object]) -> pd.DataFrame:
         elif isinstance(default, int):
             out[c] = int_column(out[c], "int64" if c.startswith("bytes") or c in ("pid", "tag", "seq", "timeout_ms")
                                 else "int32")
-        elif c in _CATEGORY_COLUMNS:
-            out[c] = out[c].astype("category")
-    return out.reset_index(drop=True)
+        else:
+            out[c] = out[c].astype(object)
+    return out

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Iterator, Optional
 
-from analyzer.cross_rank.stragglers import excess_confidence
 from rules.context import Context
 from rules.finding import Evidence, Finding, Subject
 from rules.registry import Threshold, rule
@@ -151,6 +150,7 @@ def straggler_info(ctx: Context) -> Optional[dict]:
     if conf is None:
         conf = _straggler_confidence(delay, share, int(row.get("steps_held") or 0) / n_held, dmin, smin)
         if row.get("consistent_excess") and num(row.get("excess_share")) is not None:
+            from analyzer.cross_rank.stragglers import excess_confidence  # the trace path's: imported when used
             conf = max(conf, excess_confidence(delay, num(row.get("excess_z")) or 0.0,
                                                int(row.get("excess_steps_above") or 0),
                                                int(row.get("excess_steps") or 0)))

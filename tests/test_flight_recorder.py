@@ -13,6 +13,9 @@ from parsers.errors import InputError
 from parsers.flight_recorder import load_dump, looks_like_fr_dump, normalise_op, parse_ranks, rank_from_name
 from parsers.safe_unpickle import salvage_loads
 from tests.test_hang_builders import dump_dict, write_dumps
+from tests.tables import pandas_tables
+
+load_dump = pandas_tables(load_dump)  # the tables as DataFrames (tests/tables.py)
 
 REAL = Path(__file__).resolve().parent.parent / "fixtures" / "real-cpu-hang"
 MARKER_HIT: list[str] = []

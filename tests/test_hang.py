@@ -125,7 +125,7 @@ def test_progress_table(tmp_path: Path) -> None:
     """The tables hold per-group per-rank last seq and pg_status numbers exactly as dumped."""
     per_rank, _ = DUMP_CASES["missing_rank"]
     rep = analyze_hang(load_all(write_dumps(tmp_path, per_rank, status=_status(per_rank))), world_size=4)
-    t = rep.tables.set_index("rank")
+    t = rep.tables.sort_values("rank")
     assert list(t["last_seen_seq"]) == [6, 6, 6, 5]
     assert list(t["last_enqueued"]) == [6, 6, 6, 5]
     assert list(t["last_completed"]) == [5, 5, 5, 5]

@@ -6,9 +6,9 @@ import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pandas as pd
 
 from parsers.flight_recorder import load_dump
+from parsers.table import Table
 
 WD_COLS = ["rank", "global_rank", "pg_id", "pg_guid", "pg_desc", "kind", "seq", "op_type", "numel_in", "numel_out",
            "timeout_ms", "ran_for_ms", "message", "line"]
@@ -96,11 +96,11 @@ class StandInLog:
     """The attributes of parsers.nccl_log.NcclLog the hang analysis reads."""
 
     path: str
-    processes: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=PROC_COLS))
-    communicators: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=COMM_COLS))
-    colls: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=COLL_COLS))
-    warns: pd.DataFrame = field(default_factory=pd.DataFrame)
-    watchdog: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=WD_COLS))
+    processes: Table = field(default_factory=lambda: Table.empty_of(PROC_COLS))
+    communicators: Table = field(default_factory=lambda: Table.empty_of(COMM_COLS))
+    colls: Table = field(default_factory=lambda: Table.empty_of(COLL_COLS))
+    warns: Table = field(default_factory=Table)
+    watchdog: Table = field(default_factory=lambda: Table.empty_of(WD_COLS))
 
 
 def wd_log(path: Path, rank: int, rows: list[dict]) -> StandInLog:
@@ -115,17 +115,17 @@ def wd_log(path: Path, rank: int, rows: list[dict]) -> StandInLog:
         full.append(row)
         lines.append(row["message"])
     path.write_text("\n".join(lines) + "\n")
-    return StandInLog(path=str(path), watchdog=pd.DataFrame(full, columns=WD_COLS))
+    return StandInLog(path=str(path), watchdog=Table.from_records(full, WD_COLS))
 
 
 def coll_log(path: Path, rank: int, comm_id: str, ops: list[tuple[str, int, int, int]], nranks: int = 4) -> StandInLog:
     """A stand-in NCCL INFO log of one rank: Init line of one communicator, then COLL (op, opCount, count, dtype)."""
     host, pid, comm = f"node{rank // 8}", 1000 + rank, "0x55aa"
-    procs = pd.DataFrame([[host, pid, rank % 8, "2.21.5", rank, rank, "init"]], columns=PROC_COLS)
-    comms = pd.DataFrame([[host, pid, comm, comm_id, rank, nranks, 1, nranks, rank, "1000", rank, "", -1, -1, 1]],
-                         columns=COMM_COLS)
-    colls = pd.DataFrame([[host, pid, comm, op, oc, cnt, dt, 0, 0, nranks, 2 + i, comm_id, rank]
-                          for i, (op, oc, cnt, dt) in enumerate(ops)], columns=COLL_COLS)
+    procs = Table.from_records([[host, pid, rank % 8, "2.21.5", rank, rank, "init"]], PROC_COLS)
+    comms = Table.from_records([[host, pid, comm, comm_id, rank, nranks, 1, nranks, rank, "1000", rank, "", -1, -1, 1]],
+                               COMM_COLS)
+    colls = Table.from_records([[host, pid, comm, op, oc, cnt, dt, 0, 0, nranks, 2 + i, comm_id, rank]
+                                for i, (op, oc, cnt, dt) in enumerate(ops)], COLL_COLS)
     path.write_text("\n".join(f"{op}: opCount {oc:x} count {cnt}" for op, oc, cnt, _ in ops) + "\n")
     return StandInLog(path=str(path), processes=procs, communicators=comms, colls=colls)
 

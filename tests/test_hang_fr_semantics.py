@@ -8,11 +8,10 @@ from __future__ import annotations
 import pickle
 from pathlib import Path
 
-import pandas as pd
-
 from analyzer.hang import fr_groups
 from analyzer.hang.analysis import analyze_hang
 from parsers.flight_recorder import load_dump
+from parsers.table import Table
 
 
 def ent(rid: int, pg_id: int, name: str, desc: str, seq: int, op: str = "all_reduce", *, p2p: int = 0,
@@ -50,22 +49,22 @@ def cfg(**groups: tuple) -> dict:
 
 def test_pg_id_names_from_entries_and_creation_order() -> None:
     """pg_id 5 → '41' from an entry; pg_ids without entries named by pairing sorted ids with sorted names."""
-    entries = pd.DataFrame({"pg_id": [5, 11], "pg_name": ["41", "74"]})
+    entries = Table({"pg_id": [5, 11], "pg_name": ["41", "74"]})
     names = fr_groups.pg_id_names(entries, {"0": {}, "7": {}, "41": {}, "74": {}},
                                   {"0": {}, "1": {}, "5": {}, "11": {}})
     assert names.names == {"0": "0", "1": "7", "5": "41", "11": "74"} and names.inferred == {"0", "1"}
     # an anchor that contradicts the order pairing: the unanchored ids stay unnamed
-    bad = fr_groups.pg_id_names(pd.DataFrame({"pg_id": [1], "pg_name": ["74"]}), {"0": {}, "7": {}, "74": {}},
+    bad = fr_groups.pg_id_names(Table({"pg_id": [1], "pg_name": ["74"]}), {"0": {}, "7": {}, "74": {}},
                                 {"0": {}, "1": {}, "2": {}})
     assert bad.names == {"1": "74"} and not bad.inferred
     # non-numeric names (hashed groups) are never paired by order
-    h = fr_groups.pg_id_names(pd.DataFrame({"pg_id": [], "pg_name": []}), {"a1b2": {}, "c3d4": {}},
+    h = fr_groups.pg_id_names(Table({"pg_id": [], "pg_name": []}), {"a1b2": {}, "c3d4": {}},
                               {"0": {}, "1": {}})
     assert h.names == {}
 
 
-def _e(rows: list[dict]) -> pd.DataFrame:
-    return pd.DataFrame(rows)
+def _e(rows: list[dict]) -> Table:
+    return Table.from_records(rows, list(rows[0]))
 
 
 def test_status_space_collective_p2p_and_op_counters() -> None:

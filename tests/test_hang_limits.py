@@ -86,7 +86,8 @@ def test_coll_rows_from_columns(tmp_path: Path) -> None:
     """COLL rows: rank from the process table, seq from opCount (int or hex text), dtype names, text, line order."""
     log = coll_log(tmp_path / "r3.log", 3, "c1", [("AllReduce", 0, 16, 7), ("AllGather", 1, 8, 9),
                                                   ("Broadcast", 2, 4, 42)])
-    hexed = dataclasses.replace(log, colls=log.colls.assign(op_count=["0", "1", "1f"], comm_id=["c1", "c1", None]))
+    hexed = dataclasses.replace(log, colls=log.colls.with_columns(op_count=["0", "1", "1f"],
+                                                                   comm_id=["c1", "c1", None]))
     for lg, seqs in ((log, [0, 1, 2]), (hexed, [0, 1])):
         s = gather([], [lg], None).calls
         s = s[s["source"] == "nccl_log"].sort_values("line")
@@ -94,8 +95,8 @@ def test_coll_rows_from_columns(tmp_path: Path) -> None:
         assert list(s["dtype_in"]) == ["float32", "bfloat16", "42"][:len(seqs)]
         assert list(s["op"]) == ["allreduce", "allgather", "broadcast"][:len(seqs)]
         assert list(s["numel_in"]) == [16, 8, 4][:len(seqs)] and list(s["line"]) == [2, 3, 4][:len(seqs)]
-        assert s["text"].iloc[1] == "rank 3 AllGather: opCount 1 count 8 datatype 9"
-    t = gather([], [dataclasses.replace(log, colls=log.colls.assign(op_count=["a", "1f", "2"]))], None).calls
+        assert s["text"][1] == "rank 3 AllGather: opCount 1 count 8 datatype 9"
+    t = gather([], [dataclasses.replace(log, colls=log.colls.with_columns(op_count=["a", "1f", "2"]))], None).calls
     assert list(t.sort_values("line")["seq"]) == [10, 31, 2]
-    bad = gather([], [dataclasses.replace(log, colls=log.colls.assign(op_count=["zz", "1", "2"]))], None).calls
+    bad = gather([], [dataclasses.replace(log, colls=log.colls.with_columns(op_count=["zz", "1", "2"]))], None).calls
     assert list(bad.sort_values("line")["seq"]) == [1, 2]

@@ -86,7 +86,7 @@ def test_cut_off_pickles_keep_their_complete_entries(proto, tmp_path):
     p = tmp_path / "nccl_trace_rank_1"
     p.write_bytes(data[: int(len(data) * 0.6)])
     d = load_dump(p)
-    assert 10 < len(d.entries) < 40 and d.entries["collective_seq_id"].iloc[0] == 1
+    assert 10 < len(d.entries) < 40 and d.entries["collective_seq_id"][0] == 1
     assert any("salvaged what was complete" in w for w in d.warnings)
 
 
@@ -287,7 +287,7 @@ def test_a_huge_number_in_a_torchrun_log_costs_only_its_field(tmp_path):
     log = parse_stderr(d / "torchrun.log")
     ev = log.events
     g = ev[ev["kind"] == "gloo_size_mismatch"]
-    assert len(g) == 1 and int(g["bytes_a"].iloc[0]) == -1 and int(g["bytes_b"].iloc[0]) == 8
+    assert len(g) == 1 and int(g["bytes_a"][0]) == -1 and int(g["bytes_b"][0]) == 8
     assert len(log.failures) == 2  # the file's other lines are kept: both ranks' failure records
 
 

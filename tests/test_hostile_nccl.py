@@ -12,6 +12,10 @@ import pytest
 from parsers.discover import NCCL_LOG, UNKNOWN, classify
 from parsers.nccl_envelope import MAX_LINE_BYTES, match_envelope
 from parsers.nccl_log import looks_like_nccl_log, parse_nccl_lines, parse_nccl_log
+from tests.tables import pandas_tables
+
+parse_nccl_lines = pandas_tables(parse_nccl_lines)  # the tables as DataFrames (tests/tables.py)
+parse_nccl_log = pandas_tables(parse_nccl_log)  # the tables as DataFrames (tests/tables.py)
 
 N = 60_000  # under the line cut: the patterns themselves must be linear
 

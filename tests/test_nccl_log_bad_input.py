@@ -8,6 +8,10 @@ from parsers.nccl_log import looks_like_nccl_log, parse_nccl_lines, parse_nccl_l
 from parsers.nccl_state import (COLL_COLUMNS, COMM_COLUMNS, CONN_COLUMNS, ENV_COLUMNS, NET_COLUMNS,
                                 PROCESS_COLUMNS, WARN_COLUMNS)
 from parsers.watchdog_log import COLUMNS as WATCHDOG_COLUMNS
+from tests.tables import pandas_tables
+
+parse_nccl_lines = pandas_tables(parse_nccl_lines)  # the tables as DataFrames (tests/tables.py)
+parse_nccl_log = pandas_tables(parse_nccl_log)  # the tables as DataFrames (tests/tables.py)
 
 COLL = ("h:7:7 [0] NCCL INFO AllReduce: opCount 2 sendbuff 0x1 recvbuff 0x2 count 8 datatype 7 op 0 root 0 "
         "comm 0x9 [nranks=4] stream 0x3")

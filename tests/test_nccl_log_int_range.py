@@ -7,6 +7,10 @@ import parsers.nccl_state as nccl_state
 from parsers.nccl_envelope import collect_rejected_ints, int64, stop_collecting_rejected_ints
 from parsers.nccl_log import parse_nccl_lines, parse_nccl_log
 from parsers.nccl_state import COLL_COLUMNS
+from tests.tables import pandas_tables
+
+parse_nccl_lines = pandas_tables(parse_nccl_lines)  # the tables as DataFrames (tests/tables.py)
+parse_nccl_log = pandas_tables(parse_nccl_log)  # the tables as DataFrames (tests/tables.py)
 
 BIG = "99999999999999999999999"  # 23 digits, > 2**63
 I64_MAX, I64_MIN = 2**63 - 1, -(2**63)

@@ -6,6 +6,10 @@ from pathlib import Path
 import pytest
 
 from parsers.nccl_log import parse_nccl_lines, parse_nccl_log
+from tests.tables import pandas_tables
+
+parse_nccl_lines = pandas_tables(parse_nccl_lines)  # the tables as DataFrames (tests/tables.py)
+parse_nccl_log = pandas_tables(parse_nccl_log)  # the tables as DataFrames (tests/tables.py)
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures" / "nccl_logs"
 WORLD_ID = "0x9f3c2a1b4d5e6f70"

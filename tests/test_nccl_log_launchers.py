@@ -8,6 +8,9 @@ import pandas as pd
 import pytest
 
 from parsers.nccl_log import parse_nccl_lines
+from tests.tables import pandas_tables
+
+parse_nccl_lines = pandas_tables(parse_nccl_lines)  # the tables as DataFrames (tests/tables.py)
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures" / "nccl_logs"
 BASE = (FIX / "synthetic_2x2_nccl2.21_hang.log").read_text().splitlines()

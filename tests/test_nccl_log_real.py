@@ -6,6 +6,9 @@ from pathlib import Path
 import pytest
 
 from parsers.nccl_log import looks_like_nccl_log, parse_nccl_log
+from tests.tables import pandas_tables
+
+parse_nccl_log = pandas_tables(parse_nccl_log)  # the tables as DataFrames (tests/tables.py)
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures" / "nccl_logs"
 

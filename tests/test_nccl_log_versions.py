@@ -8,6 +8,9 @@ from __future__ import annotations
 import pytest
 
 from parsers.nccl_log import parse_nccl_lines
+from tests.tables import pandas_tables
+
+parse_nccl_lines = pandas_tables(parse_nccl_lines)  # the tables as DataFrames (tests/tables.py)
 
 P = "h:7:7 [0] NCCL INFO "
 T = "h:7:9 [0] NCCL INFO "

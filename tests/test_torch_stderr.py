@@ -7,6 +7,9 @@ from parsers.stderr_events import to_bytes
 from parsers.stderr_prefix import peel
 from parsers.stderr_structure import is_library
 from parsers.torch_stderr import EVENT_COLUMNS, FAILURE_COLUMNS, TRACEBACK_COLUMNS, parse_stderr_lines
+from tests.tables import pandas_tables
+
+parse_stderr_lines = pandas_tables(parse_stderr_lines)  # the tables as DataFrames (tests/tables.py)
 
 
 def rows(df, cols):

@@ -8,6 +8,10 @@ import pytest
 
 from parsers.errors import InputError
 from parsers.torch_stderr import MAX_LINE, parse_stderr, parse_stderr_lines
+from tests.tables import pandas_tables
+
+parse_stderr = pandas_tables(parse_stderr)  # the tables as DataFrames (tests/tables.py)
+parse_stderr_lines = pandas_tables(parse_stderr_lines)  # the tables as DataFrames (tests/tables.py)
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures"
 STD = FIX / "stderr"

@@ -4,6 +4,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from parsers.torch_stderr import parse_stderr
+from tests.tables import pandas_tables
+
+parse_stderr = pandas_tables(parse_stderr)  # the tables as DataFrames (tests/tables.py)
 
 GPU = Path(__file__).resolve().parents[1] / "fixtures" / "stderr" / "gpu-shapes"
 G, M = 2 ** 30, 2 ** 20

@@ -9,6 +9,9 @@ import pytest
 from analyzer.load.job import load_job
 from parsers.discover import FR_DUMP, KINETO, NCCL_LOG, STDERR, UNKNOWN, classify, discover
 from parsers.torch_stderr import looks_like_stderr, parse_stderr
+from tests.tables import pandas_tables
+
+parse_stderr = pandas_tables(parse_stderr)  # the tables as DataFrames (tests/tables.py)
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures"
 STD = FIX / "stderr"

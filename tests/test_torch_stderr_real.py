@@ -8,6 +8,9 @@ from pathlib import Path
 import pytest
 
 from parsers.torch_stderr import parse_stderr
+from tests.tables import pandas_tables
+
+parse_stderr = pandas_tables(parse_stderr)  # the tables as DataFrames (tests/tables.py)
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "stderr" / "real-cpu"
 CASES = sorted(p.name for p in REAL.iterdir() if (p / "expected.json").exists())

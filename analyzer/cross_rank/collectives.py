@@ -16,14 +16,7 @@ import pandas as pd
 
 from analyzer.cross_rank.topology import P2P_OPS
 from analyzer.cross_rank.member_parts import partition_cuts
-
-#: Bytes per element for the dtype names Kineto writes in the `dtype` arg (case-insensitive).
-DTYPE_BYTES = {
-    "float": 4, "float32": 4, "double": 8, "float64": 8, "half": 2, "float16": 2, "bfloat16": 2,
-    "int": 4, "int32": 4, "long": 8, "int64": 8, "short": 2, "int16": 2, "char": 1, "int8": 1, "byte": 1,
-    "uint8": 1, "bool": 1, "complexfloat": 8, "complexdouble": 16, "complexhalf": 4, "float8_e4m3fn": 1,
-    "float8_e5m2": 1, "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1, "uint16": 2, "uint32": 4, "uint64": 8,
-}
+from parsers.dtype_sizes import DTYPE_BYTES  # noqa: F401  (bytes per element of Kineto's dtype names)
 
 #: nccl-tests bus-bandwidth factors (doc/PERFORMANCE.md): f(n) multiplies algbw.
 def busbw_factor(op: str, n: int) -> float:

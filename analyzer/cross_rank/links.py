@@ -13,7 +13,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+import numpy as np
 import pandas as pd
+
+from parsers.table import Table  # the NCCL log parser's tables
 
 #: Link classes a group can get (docs/json-schema.md `link_class`).
 CLASSES = ("nvlink", "xgmi", "pcie", "shm", "ib", "efa", "socket", "unknown")
@@ -114,7 +117,7 @@ def log_evidence(logs: list[Any]) -> LinkEvidence:
     for log in logs or []:
         path = str(getattr(log, "path", ""))
         conns = getattr(log, "connections", None)
-        if isinstance(conns, pd.DataFrame) and len(conns) and "transport" in conns:
+        if isinstance(conns, (pd.DataFrame, Table)) and len(conns) and "transport" in conns:
             for tr, detail, line in zip(conns["transport"].astype(str), conns["detail"].astype(str), conns["line"]):
                 head = tr.split("/")[0]
                 if head == "NET":
@@ -130,7 +133,7 @@ def log_evidence(logs: list[Any]) -> LinkEvidence:
                         ev.p2p_kinds.add(tr.split("/", 1)[1] if "/" in tr else "")
                     first.setdefault(tr, (path, int(line)))
         nets = getattr(log, "networks", None)
-        if isinstance(nets, pd.DataFrame) and len(nets) and "role" in nets:
+        if isinstance(nets, (pd.DataFrame, Table)) and len(nets) and "role" in nets:
             for n, role, line in zip(nets["network"].astype(str), nets["role"].astype(str), nets["line"]):
                 if role == "selected" and n:
                     key = {"socket": "Socket", "ib": "IB"}.get(n.lower(), "OFI" if "fabric" in n.lower() or
@@ -139,15 +142,15 @@ def log_evidence(logs: list[Any]) -> LinkEvidence:
                     if key in ("Socket", "OFI"):
                         ev.nets.add(key)
         ch = getattr(log, "channels", None)
-        if isinstance(ch, pd.DataFrame) and len(ch):
+        if isinstance(ch, (pd.DataFrame, Table)) and len(ch):
             c = int(ch["coll"].min())
             if ev.coll_channels is None or c < ev.coll_channels:
                 ev.coll_channels = c
-                first["channels"] = (path, int(ch.loc[ch["coll"].idxmin(), "line"]))
+                first["channels"] = (path, int(np.asarray(ch["line"])[int(np.argmin(np.asarray(ch["coll"])))]))
             if (ch["nvls"] > 0).any():
                 ev.nvls = True
         env = getattr(log, "env", None)
-        if isinstance(env, pd.DataFrame) and len(env):
+        if isinstance(env, (pd.DataFrame, Table)) and len(env):
             for name, value, line in zip(env["name"].astype(str), env["value"].astype(str), env["line"]):
                 if name.startswith("NCCL_") and name not in ev.env:
                     ev.env[name] = (value.strip(), path, int(line))

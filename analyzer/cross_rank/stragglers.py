@@ -70,7 +70,7 @@ def _rank_networks(nccl_logs: list) -> dict[int, set[str]]:
                     out.setdefault(rank_of[(h, p)], set()).add(f"network {n}")
         conn = getattr(log, "connections", None)
         if conn is not None and len(conn):
-            nets = conn[conn["transport"].astype(str).str.startswith("NET/")]
+            nets = conn[np.char.startswith(np.asarray(conn["transport"]).astype(str), "NET/")]
             for h, p, t in zip(nets["host"], nets["pid"], nets["transport"]):
                 if (h, p) in rank_of:
                     out.setdefault(rank_of[(h, p)], set()).add(str(t))

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from analyzer.rank.summary import collective_column
+from parsers.table import Table  # the NCCL log parser's tables
 
 #: Where the rank → host map came from (docs/report-sections.md `cross_rank.hosts.source`).
 HOST_SOURCES = ("trace", "nccl_log", "gpus_per_node", "none")
@@ -40,7 +41,7 @@ def resolve_hosts(job: Any, gpus_per_node: Optional[int] = None) -> Hosts:
     from_logs: dict[int, str] = {}
     for log in getattr(job, "nccl_logs", []) or []:
         procs = getattr(log, "processes", None)
-        if isinstance(procs, pd.DataFrame) and {"rank", "host"} <= set(procs.columns):
+        if isinstance(procs, (pd.DataFrame, Table)) and {"rank", "host"} <= set(procs.columns):
             for r, h in zip(procs["rank"], procs["host"]):
                 if pd.notna(r) and isinstance(h, str) and h and int(r) >= 0:
                     from_logs.setdefault(int(r), h)

@@ -10,12 +10,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterable
 
-import pandas as pd
+import numpy as np
 
 from analyzer.hang import log_failures, matching, named_ranks, nccl_errors, verdict, waits
 from analyzer.hang.diagnosis import KIND_ALIASES, HangDiagnosis, HangReport  # noqa: F401  (public names)
 from analyzer.hang.inputs import HangInputs, gather
 from analyzer.hang.stderr_facts import add_log_errors, stderr_facts
+from parsers.table import Table
 
 
 def _tail(path: str, n: int = 3) -> list[tuple[int, str]]:
@@ -38,26 +39,33 @@ def _add_log_tails(inp: HangInputs, d: HangDiagnosis, rank_logs: dict[int, str],
         d.evidence[0:0] = [(path, ln, f"rank {r} last log line: {text}") for ln, text in _tail(path)]
 
 
-def _tables(inp: HangInputs) -> pd.DataFrame:
+TABLE_COLUMNS = ["process_group", "pg_desc", "rank", "last_seen_seq", "last_op", "source", "last_enqueued",
+                 "last_started", "last_completed", "p2p_enqueued", "p2p_completed", "space"]
+_TABLE_INTS = ("rank", "last_seen_seq", "last_enqueued", "last_started", "last_completed", "p2p_enqueued",
+               "p2p_completed")
+
+
+def _tables(inp: HangInputs) -> Table:
     """Per group, per rank: last collective seen, last enqueued / completed (translated) and the last op."""
-    rows = []
+    rows: dict[tuple, dict] = {}
     c = inp.calls[inp.calls["kind"] == "coll"]
-    for (g, r), x in c.groupby(["group", "rank"]):
-        last = x.sort_values("seq").iloc[-1]
-        rows.append(dict(process_group=g, pg_desc=inp.groups[g].desc if g in inp.groups else "", rank=int(r),
-                         last_seen_seq=int(last["seq"]), last_op=str(last["op"]), source=str(last["source"])))
-    t = pd.DataFrame(rows, columns=["process_group", "pg_desc", "rank", "last_seen_seq", "last_op", "source"])
-    st = inp.progress.rename(columns={"group": "process_group", "coll_enqueued": "last_enqueued",
-                                      "coll_completed": "last_completed", "raw_started": "last_started"})
-    st = st.sort_values("source").drop_duplicates(["process_group", "rank"])[
-        ["process_group", "rank", "last_enqueued", "last_started", "last_completed", "p2p_enqueued", "p2p_completed",
-         "space"]]
-    t = t.merge(st, on=["process_group", "rank"], how="outer")
-    for col in ("last_seen_seq", "last_enqueued", "last_started", "last_completed", "p2p_enqueued", "p2p_completed"):
-        t[col] = t[col].fillna(-1).astype("int64")
-    for col in ("pg_desc", "last_op", "source", "space"):
-        t[col] = t[col].fillna("").astype(str)
-    return t.sort_values(["process_group", "rank"]).reset_index(drop=True)
+    for (g, r), x in c.groups(["group", "rank"]):
+        last = x.sort_values("seq").row(-1)
+        rows[(g, int(r))] = dict(process_group=g, pg_desc=inp.groups[g].desc if g in inp.groups else "", rank=int(r),
+                                 last_seen_seq=int(last["seq"]), last_op=str(last["op"]), source=str(last["source"]))
+    # the translated status of each (group, rank), the first source in name order when several give one
+    st = inp.progress.sort_values("source").drop_duplicates(["group", "rank"])
+    for x in st.records():
+        row = rows.setdefault((x["group"], int(x["rank"])), dict(process_group=x["group"], rank=int(x["rank"])))
+        row.update(last_enqueued=x["coll_enqueued"], last_started=x["raw_started"],
+                   last_completed=x["coll_completed"], p2p_enqueued=x["p2p_enqueued"],
+                   p2p_completed=x["p2p_completed"], space=x["space"])
+    out = [{c: r.get(c, -1 if c in _TABLE_INTS else "") for c in TABLE_COLUMNS} for _, r in sorted(rows.items())]
+    for r in out:
+        for col in ("pg_desc", "last_op", "source", "space"):
+            r[col] = str(r[col])
+    return Table.from_records(out, TABLE_COLUMNS, {c: (np.int64 if c in _TABLE_INTS else object)
+                                                   for c in TABLE_COLUMNS})
 
 
 def _group_key(k: str) -> tuple:
@@ -92,9 +100,10 @@ def analyze_hang(dumps: Iterable[Any] = (), logs: Iterable[Any] = (), world_size
     for d in diags:
         if d.kind in ("crashed_rank", "lagging_rank", "missing_rank", "nccl_error", "device_stalled"):
             _add_log_tails(inp, d, {int(k): str(v) for k, v in (rank_logs or {}).items()}, quoted)
-    groups = pd.DataFrame([dict(process_group=g.key, pg_desc=g.desc, members=sorted(g.members or []),
-                                member_source=g.member_source, source=g.source) for g in inp.groups.values()],
-                          columns=["process_group", "pg_desc", "members", "member_source", "source"])
+    groups = Table.from_records([dict(process_group=g.key, pg_desc=g.desc, members=sorted(g.members or []),
+                                      member_source=g.member_source, source=g.source) for g in inp.groups.values()],
+                                ["process_group", "pg_desc", "members", "member_source", "source"],
+                                {"members": object})
     warnings = list(inp.warnings) + [w for d in dumps + logs + stderr_logs for w in getattr(d, "warnings", [])]
     for r, f in sorted(inp.dumps.items()):
         if f.entries == 0:

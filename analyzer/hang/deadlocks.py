@@ -5,29 +5,30 @@ from __future__ import annotations
 
 from collections import Counter
 
-import pandas as pd
+import numpy as np
 
 from analyzer.hang import p2p
 from analyzer.hang.diagnosis import HangDiagnosis
 from analyzer.hang.evidence import group_desc
 from analyzer.hang.inputs import HangInputs
 from analyzer.hang.waits import RankStates
+from parsers.table import Table, isin
 from analyzer.phrases import ranks_text
 
 
-def cycle_diag(inp: HangInputs, st: RankStates, edges: pd.DataFrame, comp: list[int]) -> HangDiagnosis:
+def cycle_diag(inp: HangInputs, st: RankStates, edges: Table, comp: list[int]) -> HangDiagnosis:
     """Ranks waiting for each other. Across ≥ 2 groups: an order inversion; name the rank whose order differs."""
-    e = edges[edges["waiter"].isin(comp) & edges["target"].isin(comp)]
-    groups = sorted(set(e["group"]))
+    e = edges[isin(edges["waiter"], comp) & isin(edges["target"], comp)]
+    groups = sorted(set(e["group"].tolist()))
     where = "; ".join(f"rank {b.rank} waits in group {b.group} ({group_desc(inp, b.group)}) {b.op} #{b.seq} for "
                       f"{ranks_text([t for t in b.targets if t in comp])}" for r in comp if (b := st.blocked.get(r)))
     if len(groups) >= 2:
         odd, tie = order_outlier(inp, st, comp)
         culprits = odd if not tie else comp
-        awaited = e[e["target"].isin(culprits)]  # where the others wait for the culprit: the earliest wait first
-        awaited = awaited.assign(t0=awaited["created_ns"].where(awaited["created_ns"] > 0)).sort_values(
-            ["t0", "seq"], na_position="last")
-        g, s, op = (str(awaited.iloc[0]["group"]), int(awaited.iloc[0]["seq"]), str(awaited.iloc[0]["op"])) \
+        awaited = e[isin(e["target"], culprits)]  # where the others wait for the culprit: the earliest wait first
+        t0 = np.where(awaited["created_ns"] > 0, awaited["created_ns"].astype(float), np.inf)  # unknown times last
+        awaited = awaited.with_columns(t0=t0).sort_values(["t0", "seq"])
+        g, s, op = (str(awaited["group"][0]), int(awaited["seq"][0]), str(awaited["op"][0])) \
             if len(awaited) else (st.blocked[culprits[0]].group, st.blocked[culprits[0]].seq,
                                   st.blocked[culprits[0]].op)
         d = HangDiagnosis(kind="order_inversion", process_group=g, pg_desc=group_desc(inp, g), seq=s,
@@ -62,10 +63,10 @@ def order_outlier(inp: HangInputs, st: RankStates, comp: list[int]) -> tuple[lis
         b = st.blocked.get(r)
         if b is None or len(c) < 3:
             continue
-        pos = c.index[(c["group"] == b.group) & (c["seq"] == b.seq)]
+        pos = np.flatnonzero((c["group"] == b.group) & (c["seq"] == b.seq))
         if not len(pos):
             continue
-        hist = list(c["group"].iloc[:c.index.get_loc(pos[0])])
+        hist = c["group"][:pos[0]].tolist()
         nxt = p2p.period_next(hist)
         if nxt is None and len(hist) >= 2:  # no clean period: the group that most often followed the last one
             succ = Counter(hist[k + 1] for k in range(len(hist) - 1) if hist[k] == hist[-1])

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import pandas as pd
+from parsers.table import Table
 
 Evidence = tuple[str, "int | None", str]
 KIND_ALIASES = {"stalled_rank": "lagging_rank", "skipped_rank": "missing_rank"}  # other tools' names → ours
@@ -79,9 +79,9 @@ class HangReport:
     """Ranked diagnoses (most likely root cause first), per-group per-rank progress, groups, ranks without a dump."""
 
     diagnoses: list[HangDiagnosis]
-    tables: pd.DataFrame
-    groups: pd.DataFrame
-    seqs: pd.DataFrame
+    tables: Table
+    groups: Table
+    seqs: Table
     warnings: list[str] = field(default_factory=list)
     ranks_without_dump: dict[int, str] = field(default_factory=dict)
-    waits: pd.DataFrame = field(default_factory=pd.DataFrame)
+    waits: Table = field(default_factory=Table)

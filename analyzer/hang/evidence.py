@@ -3,11 +3,12 @@ rank's own stderr lines, the waits whose chain reaches a culprit.
 """
 from __future__ import annotations
 
-import pandas as pd
+from collections import Counter
 
 from analyzer.hang.inputs import HangInputs
 from analyzer.hang.stderr_facts import StderrFacts
 from analyzer.hang.waits import RankStates
+from parsers.table import Table, isin
 
 
 def group_desc(inp: HangInputs, g: str) -> str:
@@ -20,7 +21,7 @@ def ev_row(r: dict) -> tuple:
 
 
 
-def waiters_of(edges: pd.DataFrame, culprits: set[int]) -> set[int]:
+def waiters_of(edges: Table, culprits: set[int]) -> set[int]:
     """Every rank whose chain of waits reaches one of `culprits` (reverse reachability; culprits excluded)."""
     if edges.empty:
         return set()
@@ -37,15 +38,15 @@ def waiters_of(edges: pd.DataFrame, culprits: set[int]) -> set[int]:
 
 
 
-def explains_for(edges: pd.DataFrame, culprits: set[int], inp: HangInputs) -> list[dict]:
+def explains_for(edges: Table, culprits: set[int], inp: HangInputs) -> list[dict]:
     """The wait points whose chain leads to `culprits`: (group, seq, waiting ranks, whom they wait for)."""
     if edges.empty:
         return []
     waiters = waiters_of(edges, culprits)
-    e = edges[edges["waiter"].isin(waiters)]
+    e = edges[isin(edges["waiter"], waiters)]
     out = []
-    for (g, s), df in e.groupby(["group", "seq"], sort=True):
-        out.append(dict(process_group=str(g), pg_desc=group_desc(inp, g), seq=int(s), op=str(df["op"].iloc[0]),
+    for (g, s), df in e.groups(["group", "seq"]):
+        out.append(dict(process_group=str(g), pg_desc=group_desc(inp, g), seq=int(s), op=str(df["op"][0]),
                         waiting=sorted(int(x) for x in set(df["waiter"])),
                         on=sorted(int(x) for x in set(df["target"]))))
     out.sort(key=lambda x: (-len(x["waiting"]), x["process_group"], x["seq"]))
@@ -55,7 +56,7 @@ def explains_for(edges: pd.DataFrame, culprits: set[int], inp: HangInputs) -> li
 
 def status_evidence(inp: HangInputs, g: str, ranks: list[int]) -> list[tuple]:
     """One evidence line per rank: how far it got in group g (last enqueued / completed)."""
-    p = inp.progress[(inp.progress["group"] == g) & inp.progress["rank"].isin(ranks)]
+    p = inp.progress[(inp.progress["group"] == g) & isin(inp.progress["rank"], ranks)]
     return [(str(x.file), None, f"rank {x.rank} group {g}: last enqueued {x.coll_enqueued}, last completed "
                                 f"{x.coll_completed}" + (f" (pg_status read as {x.space} numbers)"
                                                          if x.space not in ("collective", "") else ""))
@@ -86,12 +87,16 @@ def failed_itself(facts: StderrFacts, r: int) -> bool:
 
 def op_at(inp: HangInputs, g: str, seq: int) -> str:
     c = inp.calls[(inp.calls["group"] == g) & (inp.calls["kind"] == "coll") & (inp.calls["seq"] == seq)]
-    return str(c["op"].mode().iloc[0]) if len(c) else ""
+    if not len(c):
+        return ""
+    counts = Counter(c["op"].tolist())
+    top = max(counts.values())
+    return str(min(v for v, n in counts.items() if n == top))  # the most common op (the first in order on a tie)
 
 
 
 def calls_at(inp: HangInputs, g: str, seq: int, ranks: list[int]) -> list[tuple]:
-    c = inp.calls[(inp.calls["group"] == g) & (inp.calls["seq"] == seq) & inp.calls["rank"].isin(ranks)]
+    c = inp.calls[(inp.calls["group"] == g) & (inp.calls["seq"] == seq) & isin(inp.calls["rank"], ranks)]
     return [(str(x.file), None if int(x.line) < 0 else int(x.line), str(x.text) + (f" at {x.frame}" if x.frame else ""))
             for x in c.sort_values("rank").itertuples(index=False)]
 
@@ -99,7 +104,7 @@ def calls_at(inp: HangInputs, g: str, seq: int, ranks: list[int]) -> list[tuple]
 
 def source_at(inp: HangInputs, g: str, seq: int, facts: StderrFacts) -> str:
     """The best source that shows the wait at (g, seq): a dump, a COLL line, a watchdog line, else stderr."""
-    c = inp.calls[(inp.calls["group"] == g) & (inp.calls["seq"] == seq)] if g else inp.calls.iloc[0:0]
+    c = inp.calls[(inp.calls["group"] == g) & (inp.calls["seq"] == seq)] if g else inp.calls[0:0]
     for src in ("flight_recorder", "nccl_log", "watchdog"):
         if (c["source"] == src).any():
             return src
@@ -107,12 +112,12 @@ def source_at(inp: HangInputs, g: str, seq: int, facts: StderrFacts) -> str:
 
 
 
-def wait_text(st: RankStates, edges: pd.DataFrame, targets: list[int]) -> str:
+def wait_text(st: RankStates, edges: Table, targets: list[int]) -> str:
     """'wait after seq 3, at seq 4' (waiters completed everything before) or 'wait at seq 4'."""
-    e = edges[edges["target"].isin(targets)]
+    e = edges[isin(edges["target"], targets)]
     if e.empty:
         return "wait"
     s = int(e["seq"].min())
-    g = str(e.loc[e["seq"] == s, "group"].iloc[0])
-    done = {st.completed.get((g, int(w)), -1) for w in e.loc[e["seq"] == s, "waiter"]}
+    g = str(e["group"][e["seq"] == s][0])
+    done = {st.completed.get((g, int(w)), -1) for w in e["waiter"][e["seq"] == s]}
     return f"wait after seq {s - 1}, at seq {s}" if done == {s - 1} else f"wait at seq {s}"

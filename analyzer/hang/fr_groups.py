@@ -16,7 +16,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import pandas as pd
+import numpy as np
+
+from parsers.table import Table
 
 COLL, P2P, OP, UNKNOWN = "collective", "p2p", "op", "unverified"
 
@@ -34,15 +36,16 @@ def _numeric(s: str) -> bool:
     return s.isdigit() and len(s) < 19
 
 
-def pg_id_names(entries: pd.DataFrame, pg_config: dict, pg_status: dict) -> PgNames:
+def pg_id_names(entries: Table, pg_config: dict, pg_status: dict) -> PgNames:
     """Name every pg_status key of one dump that the dump itself can name (see the module docstring)."""
     anchors: dict[str, str] = {}
     conflicts: list[str] = []
     if not entries.empty:
-        pairs = entries.loc[(entries["pg_id"] >= 0) & (entries["pg_name"] != ""), ["pg_id", "pg_name"]]
-        for pid, names in pairs.drop_duplicates().groupby("pg_id")["pg_name"]:
-            if names.nunique() == 1:
-                anchors[str(int(pid))] = str(names.iloc[0])
+        pairs = entries[(entries["pg_id"] >= 0) & (entries["pg_name"] != "")][["pg_id", "pg_name"]]
+        for pid, x in pairs.drop_duplicates(["pg_id", "pg_name"]).groups("pg_id"):
+            names = x["pg_name"]
+            if len(set(names.tolist())) == 1:
+                anchors[str(int(pid))] = str(names[0])
             else:
                 conflicts.append(f"pg_id {pid} is named {sorted(set(names))} by different entries")
     ids = sorted((k for k in pg_status if _numeric(str(k))), key=int)
@@ -68,16 +71,16 @@ class StatusInCollectives:
     p2p_completed: int
 
 
-def _value_entry(e: pd.DataFrame, space: str, v: int) -> pd.DataFrame:
+def _value_entry(e: Table, space: str, v: int) -> Table:
     """The rank's entries (of one group) that carry `v` in counter `space`."""
     if space == COLL:
-        return e[~e["is_p2p"].to_numpy() & (e["collective_seq_id"].to_numpy() == v)]
+        return e[~e["is_p2p"] & (e["collective_seq_id"] == v)]
     if space == P2P:
-        return e[e["is_p2p"].to_numpy() & (e["p2p_seq_id"].to_numpy() == v)]
-    return e[e["op_id"].to_numpy() == v]
+        return e[e["is_p2p"] & (e["p2p_seq_id"] == v)]
+    return e[e["op_id"] == v]
 
 
-def status_space(e: pd.DataFrame, status: dict[str, int], backend: str) -> StatusInCollectives:
+def status_space(e: Table, status: dict[str, int], backend: str) -> StatusInCollectives:
     """Translate one pg_status row with the rank's own entries of that group `e` (sorted by record_id).
 
     The last enqueued work is normally the group's last entry: its counter is the one whose value equals
@@ -85,9 +88,10 @@ def status_space(e: pd.DataFrame, status: dict[str, int], backend: str) -> Statu
     when the group never showed a P2P entry, for gloo an op count (an upper bound of the collective count).
     """
     enq, done = int(status.get("last_enqueued", -1)), int(status.get("last_completed", -1))
-    e = e[e["profiling_name"].str.rsplit(":", n=1).str[-1] != "coalesced"] if len(e) else e
+    if len(e):
+        e = e[np.array([str(x).rsplit(":", 1)[-1] != "coalesced" for x in e["profiling_name"]], dtype=bool)]
     space = UNKNOWN
-    last = e.iloc[-1] if len(e) else None
+    last = e.row(-1) if len(e) else None
     if last is not None and enq >= 0:
         if not last["is_p2p"] and int(last["collective_seq_id"]) == enq:
             space = COLL
@@ -113,14 +117,14 @@ def status_space(e: pd.DataFrame, status: dict[str, int], backend: str) -> Statu
         if done >= 0 and len(e) and e["is_p2p"].any() and not len(_value_entry(e, COLL, done)):
             p = _value_entry(e, P2P, done)  # the last completed work was a P2P op: its collective counter
             if len(p):
-                coll_done, p2p_done = int(p["collective_seq_id"].iloc[-1]), done
+                coll_done, p2p_done = int(p["collective_seq_id"][-1]), done
     elif space in (P2P, OP):
         hit = _value_entry(e, space, enq)
-        coll_enq = int(hit["collective_seq_id"].iloc[-1]) if len(hit) else -1
+        coll_enq = int(hit["collective_seq_id"][-1]) if len(hit) else -1
         if space == P2P:
             p2p_enq = enq
-        d = _value_entry(e, space, done) if done >= 0 else e.iloc[0:0]
-        coll_done = int(d["collective_seq_id"].iloc[-1]) if len(d) else -1
+        d = _value_entry(e, space, done) if done >= 0 else e[0:0]
+        coll_done = int(d["collective_seq_id"][-1]) if len(d) else -1
         if space == P2P:
             p2p_done = done
         if space == OP and not len(hit) and not (len(e) and e["is_p2p"].any()):

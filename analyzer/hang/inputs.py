@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from analyzer.hang import fr_groups
 from parsers.flight_recorder import MAX_RANK
+from parsers.table import Table, unique
 
 CALL_COLUMNS = ["source", "group", "rank", "kind", "seq", "coll_seq", "op", "peer", "numel_in", "numel_out",
                 "sizes_in", "sizes_out", "dtype_in", "dtype_out", "done", "order", "created_ns", "timeout_ms", "ops_before",
@@ -30,7 +30,13 @@ NCCL_DTYPES = {0: "int8", 1: "uint8", 2: "int32", 3: "uint32", 4: "int64", 5: "u
 FR_DTYPES = {"Float": "float32", "Double": "float64", "Half": "float16", "BFloat16": "bfloat16", "Int": "int32",
              "Long": "int64", "Char": "int8", "Byte": "uint8", "Bool": "bool", "Short": "int16",
              "Float8_e4m3fn": "fp8_e4m3", "Float8_e5m2": "fp8_e5m2", "ComplexFloat": "complex64"}
+ERROR_COLUMNS = ["rank", "group", "kind", "seq", "file", "line", "text"]
 MAX_WORLD_FILL = 1 << 14  # without world_size, ranks 0..max seen are assumed only up to this many
+_INT_CALL_COLUMNS = ("rank", "seq", "coll_seq", "peer", "numel_in", "numel_out", "done", "order", "created_ns",
+                     "timeout_ms", "ops_before", "line")
+_CALL_DTYPES = {c: (np.int64 if c in _INT_CALL_COLUMNS else object) for c in CALL_COLUMNS}
+_PROGRESS_DTYPES = {c: (object if c in ("group", "source", "space", "file") else np.int64) for c in PROGRESS_COLUMNS}
+_PRIORITY = {"flight_recorder": 0, "nccl_log": 1, "watchdog": 2}
 _WD_OPS = {"ALLREDUCE": "allreduce", "ALLGATHER": "allgather", "_ALLGATHER_BASE": "allgather",
            "REDUCE_SCATTER": "reducescatter", "_REDUCE_SCATTER_BASE": "reducescatter", "BROADCAST": "broadcast",
            "REDUCE": "reduce", "ALLTOALL": "alltoall", "ALLTOALL_BASE": "alltoall", "SEND": "send", "RECV": "recv",
@@ -67,14 +73,14 @@ class DumpFacts:
 class HangInputs:
     """Everything the hang analysis compares, in plain tables."""
 
-    calls: pd.DataFrame
-    progress: pd.DataFrame
+    calls: Table
+    progress: Table
     groups: dict[str, Group]
     world: set[int]
     dumps: dict[int, DumpFacts]
     log_ranks: dict[int, list[Any]] = field(default_factory=dict)
     warn_ranks: set[int] = field(default_factory=set)
-    errors: pd.DataFrame = field(default_factory=pd.DataFrame)
+    errors: Table = field(default_factory=lambda: Table.empty_of(ERROR_COLUMNS))
     warnings: list[str] = field(default_factory=list)
 
     @property
@@ -98,7 +104,7 @@ def _global_peer(local: np.ndarray, members: list[int]) -> np.ndarray:
 
 
 def _fr_tables(dumps: list, groups: dict[str, Group], warnings: list[str]
-               ) -> tuple[list[pd.DataFrame], list[dict], dict[int, DumpFacts]]:
+               ) -> tuple[list[Table], list[dict], dict[int, DumpFacts]]:
     """Call rows, progress rows and per-rank dump facts from Flight Recorder dumps; registers their groups."""
     frames, progress, facts = [], [], {}
     usable = []
@@ -136,7 +142,7 @@ def _fr_tables(dumps: list, groups: dict[str, Group], warnings: list[str]
     return frames, progress, facts
 
 
-def _register_groups(d: Any, e: pd.DataFrame, groups: dict[str, Group]) -> None:
+def _register_groups(d: Any, e: Table, groups: dict[str, Group]) -> None:
     """Groups named by one dump's pg_config and entries, with members from pg_config (gloo's '' entry skipped)."""
     for name, cfg in d.pg_config.items():
         if name == "":
@@ -147,13 +153,13 @@ def _register_groups(d: Any, e: pd.DataFrame, groups: dict[str, Group]) -> None:
         if ranks and g.members is None:
             g.members, g.member_source = _ranks_ok(ranks), "pg_config"
     named = e[e["pg_name"] != ""]
-    for name, desc in named.groupby("pg_name")["pg_desc"].first().items():
+    for name, desc in ((k, x["pg_desc"][0]) for k, x in named.groups("pg_name")):
         g = groups.setdefault(name, Group(name, source="flight_recorder"))
         g.desc = g.desc or desc
         g.backend = g.backend or d.backend
 
 
-def _fr_progress(d: Any, rank: int, name: str, mine: pd.DataFrame, st: dict, inferred: bool) -> dict:
+def _fr_progress(d: Any, rank: int, name: str, mine: Table, st: dict, inferred: bool) -> dict:
     """One progress row: the rank's pg_status of a group translated to collective / P2P numbers."""
     tr = fr_groups.status_space(mine, st, d.backend)
     coll = mine[~mine["is_p2p"]]
@@ -165,39 +171,50 @@ def _fr_progress(d: Any, rank: int, name: str, mine: pd.DataFrame, st: dict, inf
                 window_lo=int(coll["collective_seq_id"].min()) if len(coll) else -1, file=d.path)
 
 
-def _fr_calls(d: Any, rank: int, e: pd.DataFrame, groups: dict[str, Group]) -> pd.DataFrame:
+def _fr_calls(d: Any, rank: int, e: Table, groups: dict[str, Group]) -> Table:
     """One dump's entries → call rows (collectives with seq > 0, P2P ops with their global peer)."""
     e = e[e["op"] != "coalesced"]
-    p2p = e["is_p2p"].to_numpy()
-    seq = np.where(p2p, e["p2p_seq_id"].to_numpy(), e["collective_seq_id"].to_numpy())
+    p2p = e["is_p2p"]
+    seq = np.where(p2p, e["p2p_seq_id"], e["collective_seq_id"])
     keep = seq > 0
     e, p2p, seq = e[keep], p2p[keep], seq[keep]
-    peer = e["peer"].to_numpy().astype(np.int64)
+    peer = e["peer"].astype(np.int64)
     gpeer = np.full(len(e), -1, dtype=np.int64)
-    for name in pd.unique(e.loc[p2p, "pg_name"]) if p2p.any() else []:
+    for name in unique(e["pg_name"][p2p]) if p2p.any() else []:
         g = groups.get(name)
-        idx = (e["pg_name"].to_numpy() == name) & p2p
+        idx = (e["pg_name"] == name) & p2p
         gpeer[idx] = _global_peer(peer[idx], sorted(g.members) if g and g.members else [])
     # 'scheduled' does not mean incomplete (completion is often not discovered per entry): `_completion` decides
-    done = np.where(e["state"].to_numpy() == "completed", 1, -1)
+    done = np.where(e["state"] == "completed", 1, -1)
     # ops the group issued since the previous recorded one (op_id counts every op; gloo records no send/recv)
-    op_id = e["op_id"].to_numpy().astype(np.int64)
-    prev = e.groupby("pg_name", sort=False)["op_id"].shift(1).fillna(-1).to_numpy().astype(np.int64)
+    op_id = e["op_id"].astype(np.int64)
+    prev = _previous_in_group(e["pg_name"], op_id)
     ops_before = np.where((prev >= 0) & (op_id >= 0), op_id - prev - 1, -1)
-    text = ("rank " + str(rank) + " " + e["profiling_name"] + np.where(p2p, " p2p #", " seq ") + seq.astype(str)
-            + " in " + e["input_sizes"] + " " + e["input_dtypes"] + " out " + e["output_sizes"] + " state "
-            + e["state"])
-    return pd.DataFrame({
-        "source": "flight_recorder", "group": e["pg_name"].to_numpy(), "rank": rank,
-        "kind": np.where(p2p, "p2p", "coll"), "seq": seq, "coll_seq": e["collective_seq_id"].to_numpy(),
-        "op": e["op"].to_numpy(), "peer": gpeer, "numel_in": e["input_numel"].to_numpy(),
-        "numel_out": e["output_numel"].to_numpy(), "sizes_in": e["input_sizes"].to_numpy(),
-        "sizes_out": e["output_sizes"].to_numpy(),
+    text = [f"rank {rank} {name}{' p2p #' if is_p2p else ' seq '}{n} in {si} {di} out {so} state {state}"
+            for name, is_p2p, n, si, di, so, state in zip(e["profiling_name"], p2p.tolist(), seq.tolist(),
+                                                          e["input_sizes"], e["input_dtypes"], e["output_sizes"],
+                                                          e["state"])]
+    return Table({
+        "source": "flight_recorder", "group": e["pg_name"], "rank": rank,
+        "kind": np.where(p2p, "p2p", "coll").astype(object), "seq": seq, "coll_seq": e["collective_seq_id"],
+        "op": e["op"], "peer": gpeer, "numel_in": e["input_numel"],
+        "numel_out": e["output_numel"], "sizes_in": e["input_sizes"],
+        "sizes_out": e["output_sizes"],
         "dtype_in": [norm_dtypes(x) for x in e["input_dtypes"]], "dtype_out": [norm_dtypes(x) for x in e["output_dtypes"]],
-        "done": done, "order": e["record_id"].to_numpy(), "created_ns": e["time_created_ns"].to_numpy(),
-        "timeout_ms": e["timeout_ms"].to_numpy(), "ops_before": ops_before,
-        "file": d.path, "line": -1, "text": text.to_numpy(), "frame": e["top_frame"].to_numpy(),
-        "stack": e["user_stack"].to_numpy()}, columns=CALL_COLUMNS)
+        "done": done, "order": e["record_id"], "created_ns": e["time_created_ns"],
+        "timeout_ms": e["timeout_ms"], "ops_before": ops_before,
+        "file": d.path, "line": -1, "text": text, "frame": e["top_frame"],
+        "stack": e["user_stack"]}, CALL_COLUMNS, dtypes=_CALL_DTYPES)
+
+
+def _previous_in_group(keys: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Per row: the value of the previous row with the same key (-1 for a key's first row)."""
+    last: dict = {}
+    out = np.empty(len(values), dtype=np.int64)
+    for i, (k, v) in enumerate(zip(keys.tolist(), values.tolist())):
+        out[i] = last.get(k, -1)
+        last[k] = v
+    return out
 
 
 def _log_rank_map(log: Any) -> dict[tuple[str, int], int]:
@@ -205,11 +222,11 @@ def _log_rank_map(log: Any) -> dict[tuple[str, int], int]:
     p = getattr(log, "processes", None)
     if p is None or p.empty:
         return {}
-    p = p[p["rank"].astype("int64") >= 0]
+    p = p[p["rank"].astype(np.int64) >= 0]
     return {(h, int(pid)): int(r) for h, pid, r in zip(p["host"], p["pid"], p["rank"])}
 
 
-def _nccl_rows(logs: list, groups: dict[str, Group]) -> list[pd.DataFrame]:
+def _nccl_rows(logs: list, groups: dict[str, Group]) -> list[Table]:
     """Call rows from NCCL COLL lines, one group per commId; registers communicators and their members."""
     frames = []
     for log in logs:
@@ -230,57 +247,73 @@ def _nccl_rows(logs: list, groups: dict[str, Group]) -> list[pd.DataFrame]:
         if colls is None or colls.empty:
             continue
         df = _coll_rows(log, colls, rmap)
-        for key in df["group"].unique():
+        for key in unique(df["group"]):
             groups.setdefault(key, Group(key, source="nccl_log", backend="nccl"))
         if len(df):
             frames.append(df)
     return frames
 
 
-def _coll_rows(log: Any, colls: pd.DataFrame, rmap: dict[tuple[str, int], int]) -> pd.DataFrame:
+def _coll_rows(log: Any, colls: Table, rmap: dict[tuple[str, int], int]) -> Table:
     """Call rows of one log's COLL lines, built with column operations (logs can hold millions of them)."""
-    cid = colls["comm_id"].fillna("").astype(str) if "comm_id" in colls else pd.Series("", index=colls.index)
-    crank = pd.to_numeric(colls["rank"], errors="coerce") if "rank" in colls else pd.Series(-1.0, index=colls.index)
-    crank = crank.fillna(-1)
+    n = len(colls)
+    cid = (np.array(["" if v is None or v != v else str(v) for v in colls["comm_id"].tolist()], dtype=object)
+           if "comm_id" in colls else np.full(n, "", dtype=object))
+    crank = _numbers(colls["rank"]) if "rank" in colls else np.full(n, -1.0)
+    crank = np.where(np.isnan(crank), -1, crank)
     if rmap:
-        keys = pd.MultiIndex.from_arrays([colls["host"].astype(str), pd.to_numeric(colls["pid"]).astype("int64")])
-        known = pd.Series(list(rmap.values()), index=pd.MultiIndex.from_tuples(list(rmap), names=None), dtype="int64")
-        mapped = pd.Series(known.reindex(keys).to_numpy(), index=colls.index)
-        rank = mapped.fillna(crank)
+        mapped = np.array([rmap.get((str(h), int(p)), np.nan) for h, p in zip(colls["host"].tolist(),
+                                                                              colls["pid"].tolist())], dtype=float)
+        rank = np.where(np.isnan(mapped), crank, mapped)
     else:
         rank = crank
     oc = colls["op_count"]
     keep = (cid != "") & (rank >= 0) & (rank < MAX_RANK)
-    if pd.api.types.is_numeric_dtype(oc):
+    if oc.dtype.kind in "iufb":
         seq = oc
     else:  # hex text (opCount is printed in hex); unreadable ones are dropped
-        seq = oc.map({v: _hex(v) for v in pd.unique(oc)}).fillna(-1)
+        hexes = {v: _hex(v) for v in unique(oc)}
+        seq = np.array([hexes[v] for v in oc.tolist()], dtype=np.int64)
         keep &= seq >= 0
     if not keep.any():
-        return pd.DataFrame(columns=CALL_COLUMNS)
+        return Table.empty_of(CALL_COLUMNS, _CALL_DTYPES)
     c = colls[keep]
-    rank, seq, cid = rank[keep].astype("int64"), seq[keep].astype("int64"), cid[keep]
-    dt = c["datatype"].map({v: _nccl_dtype(v) for v in pd.unique(c["datatype"])})
-    op = c["op"].map({v: str(v).lower() for v in pd.unique(c["op"])})
-    line = c["line"].astype("int64")
-    cnt = c["count"].astype("int64")
+    rank, seq, cid = rank[keep].astype(np.int64), seq[keep].astype(np.int64), cid[keep]
+    dts = {v: _nccl_dtype(v) for v in unique(c["datatype"])}
+    dt = np.array([dts[v] for v in c["datatype"].tolist()], dtype=object)
+    ops = {v: str(v).lower() for v in unique(c["op"])}
+    op = np.array([ops[v] for v in c["op"].tolist()], dtype=object)
+    line = c["line"].astype(np.int64)
+    cnt = c["count"].astype(np.int64)
+    cnt_text = [str(x) for x in cnt.tolist()]
+    text = [f"rank {r} {o}: opCount {format(q, 'x')} count {n_} datatype {d}"
+            for r, o, q, n_, d in zip(rank.tolist(), _texts(c["op"]), seq.tolist(), _texts(c["count"]),
+                                      _texts(c["datatype"]))]
+    p2p = np.isin(op, ["send", "recv"])
+    return Table({"source": "nccl_log", "group": np.array(["nccl:" + x for x in cid.tolist()], dtype=object),
+                  "rank": rank, "kind": np.where(p2p, "p2p", "coll").astype(object), "seq": seq, "coll_seq": seq,
+                  "op": op, "peer": -1, "numel_in": cnt, "numel_out": cnt, "sizes_in": cnt_text,
+                  "sizes_out": cnt_text, "dtype_in": dt, "dtype_out": dt, "done": -1,
+                  "order": line, "created_ns": -1, "timeout_ms": -1, "ops_before": -1, "file": log.path,
+                  "line": line, "text": text, "frame": "", "stack": ""}, CALL_COLUMNS, dtypes=_CALL_DTYPES)
 
-    def txt(x: pd.Series) -> np.ndarray:
-        return np.asarray(x.astype(str), dtype=object)
 
-    hexes = np.array([format(x, "x") for x in seq.tolist()], dtype=object)
-    text = ("rank " + txt(rank) + " " + txt(c["op"]) + ": opCount " + hexes + " count " + txt(c["count"])
-            + " datatype " + txt(c["datatype"]))
-    p2p = op.isin(["send", "recv"]).to_numpy()
-    df = pd.DataFrame({"source": "nccl_log", "group": "nccl:" + cid, "rank": rank,
-                       "kind": np.where(p2p, "p2p", "coll"), "seq": seq, "coll_seq": seq,
-                       "op": op, "peer": -1, "numel_in": cnt, "numel_out": cnt, "sizes_in": txt(cnt),
-                       "sizes_out": txt(cnt), "dtype_in": dt, "dtype_out": dt, "done": -1,
-                       "order": line, "created_ns": -1, "timeout_ms": -1, "ops_before": -1, "file": log.path,
-                       "line": line,
-                       "text": pd.Series(text, index=c.index, dtype=object), "frame": "", "stack": ""},
-                      columns=CALL_COLUMNS)
-    return df.reset_index(drop=True)
+def _numbers(v: np.ndarray) -> np.ndarray:
+    """A column as floats (NaN where a value is not a number), as pandas.to_numeric(errors="coerce") reads it."""
+    if v.dtype.kind in "iufb":
+        return v.astype(float)
+    out = np.full(len(v), np.nan)
+    for i, x in enumerate(v.tolist()):
+        try:
+            out[i] = float(x)
+        except (TypeError, ValueError):
+            pass
+    return out
+
+
+def _texts(v: np.ndarray) -> list[str]:
+    """A column's values as text, as pandas' astype(str) writes them."""
+    return [str(x) for x in v.tolist()]
 
 
 def _hex(v: Any) -> int:
@@ -319,7 +352,7 @@ def _ranks_ok(ranks: Any) -> set[int]:
 def _wd_rank(r: Any) -> int:
     """Global rank of a watchdog row: the [rankN]: tag when present, else the rank printed in the message."""
     g = getattr(r, "global_rank", -1)
-    g = -1 if g is None or pd.isna(g) else int(g)
+    g = -1 if g is None or g != g else int(g)
     return g if g >= 0 else int(r.rank)
 
 
@@ -334,7 +367,7 @@ def _watchdog_rows(logs: list, groups: dict[str, Group]) -> tuple[list[dict], li
         if wd is None or wd.empty:
             continue
         st: dict[tuple[str, int], dict] = {}
-        fs = wd["failed_seq"] if "failed_seq" in wd else pd.Series([-1] * len(wd), index=wd.index)
+        fs = wd["failed_seq"].tolist() if "failed_seq" in wd else [-1] * len(wd)
         pg_of = {(_wd_rank(r), int(f)): int(r.pg_id) for r, f in zip(wd.itertuples(index=False), fs)
                  if int(r.pg_id) >= 0 and int(f) >= 0}
         for r in wd.itertuples(index=False):
@@ -401,18 +434,21 @@ def _log_ranks(logs: list) -> dict[int, list[Any]]:
     return out
 
 
-def _dedupe(calls: pd.DataFrame) -> pd.DataFrame:
+def _dedupe(calls: Table) -> Table:
     """One row per (group, rank, kind, seq, position in a coalesced call): the dump beats a COLL line beats a watchdog line."""
     if calls.empty:
         return calls
-    pri = calls["source"].map({"flight_recorder": 0, "nccl_log": 1, "watchdog": 2})
-    calls = calls.assign(_pri=pri).sort_values(["_pri", "order"], kind="stable")
-    best = calls.groupby(["group", "rank", "kind", "seq"])["_pri"].transform("min")
-    calls = calls[calls["_pri"] == best]
+    pri = np.array([_PRIORITY.get(x, -1) for x in calls["source"].tolist()], dtype=np.int64)
+    calls = calls.with_columns(_pri=pri).sort_values(["_pri", "order"], kind="stable")
+    best: dict = {}
+    keys = list(zip(*(calls[c].tolist() for c in ("group", "rank", "kind", "seq"))))
+    for k, p in zip(keys, calls["_pri"].tolist()):
+        best[k] = min(best.get(k, p), p)
+    calls = calls[np.array([p == best[k] for k, p in zip(keys, calls["_pri"].tolist())], dtype=bool)]
     # only a dump lists a coalesced call's parts under one seq; log lines of one work are copies of it
     logs = calls["source"] != "flight_recorder"
-    calls = pd.concat([calls[~logs], calls[logs].drop_duplicates(["group", "rank", "kind", "seq"])])
-    return calls.drop(columns="_pri").sort_values(["group", "rank", "kind", "seq", "order"]).reset_index(drop=True)
+    calls = Table.concat([calls[~logs], calls[logs].drop_duplicates(["group", "rank", "kind", "seq"])])
+    return calls.drop("_pri").sort_values(["group", "rank", "kind", "seq", "order"])
 
 
 def gather(dumps: list, logs: list, world_size: int | None) -> HangInputs:
@@ -422,17 +458,18 @@ def gather(dumps: list, logs: list, world_size: int | None) -> HangInputs:
     fr_frames, fr_progress, facts = _fr_tables(dumps, groups, warnings)
     nccl_frames = _nccl_rows(logs, groups)
     wd_calls, wd_progress, err = _watchdog_rows(logs, groups)
-    parts = [x for x in fr_frames + nccl_frames + [pd.DataFrame(wd_calls, columns=CALL_COLUMNS)] if len(x)]
-    calls = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=CALL_COLUMNS)
+    parts = [x for x in fr_frames + nccl_frames + [Table.from_records(wd_calls, CALL_COLUMNS, _CALL_DTYPES)]
+             if len(x)]
+    calls = Table.concat(parts, CALL_COLUMNS) if parts else Table.empty_of(CALL_COLUMNS, _CALL_DTYPES)
     calls = _dedupe(calls)
-    progress = pd.DataFrame(fr_progress + wd_progress, columns=PROGRESS_COLUMNS)
+    progress = Table.from_records(fr_progress + wd_progress, PROGRESS_COLUMNS, _PROGRESS_DTYPES)
     log_ranks = _log_ranks(logs)
     if world_size and not 0 < world_size <= MAX_RANK:
         warnings.append(f"world size {world_size} is not in 1..{MAX_RANK}; ignored")
         world_size = None
     world = set(range(world_size)) if world_size else set()
-    seen = set(facts) | set(log_ranks) | set(pd.to_numeric(calls["rank"], errors="coerce").dropna().astype(int)) \
-        | set(pd.to_numeric(progress["rank"], errors="coerce").dropna().astype(int))
+    seen = set(facts) | set(log_ranks) | set(calls["rank"].astype(np.int64).tolist()) \
+        | set(progress["rank"].astype(np.int64).tolist())
     for g in groups.values():
         seen |= g.members or set()
     world |= _ranks_ok(seen)
@@ -447,12 +484,12 @@ def gather(dumps: list, logs: list, world_size: int | None) -> HangInputs:
     calls = _completion(calls, progress, groups)
     return HangInputs(calls=calls, progress=progress, groups=groups, world=world, dumps=facts,
                       log_ranks=log_ranks, warn_ranks=_warn_ranks(logs),
-                      errors=pd.DataFrame(err, columns=["rank", "group", "kind", "seq", "file", "line", "text"]),
+                      errors=Table.from_records(err, ERROR_COLUMNS),
                       warnings=warnings)
 
 
-def _link_comms(calls: pd.DataFrame, progress: pd.DataFrame, groups: dict[str, Group], warnings: list[str]
-                ) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _link_comms(calls: Table, progress: Table, groups: dict[str, Group], warnings: list[str]
+                ) -> tuple[Table, Table]:
     """Fold an NCCL communicator into the process group it serves when members match and opCount + 1 == SeqNum.
 
     The offset is checked against the watchdog/FR rows of that group (same count at seq = opCount + 1 on a
@@ -470,10 +507,13 @@ def _link_comms(calls: pd.DataFrame, progress: pd.DataFrame, groups: dict[str, G
         best, best_score = None, 0
         for g in cands:
             grow = calls[(calls["group"] == g.key) & (calls["source"] != "nccl_log") & (calls["kind"] == "coll")]
-            m = grow.merge(crow.assign(seq=crow["seq"] + 1), on=["rank", "seq"], suffixes=("", "_c"))
-            m = m[(m["numel_in"] >= 0) & (m["numel_in_c"] >= 0)]
-            hits = int((m["numel_in"] == m["numel_in_c"]).sum())
-            score = hits - (len(m) - hits)
+            theirs: dict = {}
+            for k, v in zip(zip(crow["rank"].tolist(), (crow["seq"] + 1).tolist()), crow["numel_in"].tolist()):
+                theirs.setdefault(k, []).append(v)
+            pairs = [(a, b) for k, a in zip(zip(grow["rank"].tolist(), grow["seq"].tolist()), grow["numel_in"].tolist())
+                     for b in theirs.get(k, ()) if a >= 0 and b >= 0]  # an inner join on (rank, seq + 1)
+            hits = sum(1 for a, b in pairs if a == b)
+            score = hits - (len(pairs) - hits)
             if score > best_score:
                 best, best_score = g, score
         if best is None and len(cands) == 1 and calls[(calls["group"] == cands[0].key)].empty:
@@ -481,9 +521,10 @@ def _link_comms(calls: pd.DataFrame, progress: pd.DataFrame, groups: dict[str, G
         if best is None:
             continue
         idx = (calls["group"] == c.key) & (calls["kind"] == "coll")
-        calls.loc[idx, "seq"] = calls.loc[idx, "seq"] + 1
-        calls.loc[idx, "coll_seq"] = calls.loc[idx, "seq"]
-        calls.loc[calls["group"] == c.key, "group"] = best.key
+        calls = calls.copy()
+        calls["seq"][idx] = calls["seq"][idx] + 1
+        calls["coll_seq"][idx] = calls["seq"][idx]
+        calls["group"][calls["group"] == c.key] = best.key
         best.desc = best.desc or c.desc
         warnings.append(f"NCCL communicator {c.key[5:]} linked to process group {best.key} ({best.desc}): "
                         "opCount + 1 used as the sequence number")
@@ -491,7 +532,7 @@ def _link_comms(calls: pd.DataFrame, progress: pd.DataFrame, groups: dict[str, G
     return _dedupe(calls), progress
 
 
-def _completion(calls: pd.DataFrame, progress: pd.DataFrame, groups: dict[str, Group]) -> pd.DataFrame:
+def _completion(calls: Table, progress: Table, groups: dict[str, Group]) -> Table:
     """Mark each call done (1) / not done (0) / unknown (-1) from the rank's completed counts of that group.
 
     A call is done when its number is at most the rank's last completed number of the same counter (collective
@@ -502,24 +543,23 @@ def _completion(calls: pd.DataFrame, progress: pd.DataFrame, groups: dict[str, G
     if calls.empty:
         return calls
     gloo = {k for k, g in groups.items() if g.backend == "gloo"}
-    p = progress[~progress["group"].isin(gloo)] if len(progress) else progress
+    p = progress[~np.isin(progress["group"], list(gloo))] if len(progress) else progress
     if p.empty:
         return calls
-    p = p.sort_values("coll_completed", ascending=False)
-    key = calls[["group", "rank"]].astype({"rank": "int64"})
-    m = key.merge(p[["group", "rank", "coll_completed", "p2p_completed"]].drop_duplicates(["group", "rank"]),
-                  on=["group", "rank"], how="left")
-    lim = np.where(calls["kind"].to_numpy() == "p2p", m["p2p_completed"].fillna(-1).to_numpy(),
-                   m["coll_completed"].fillna(-1).to_numpy()).astype(np.int64)
-    done = calls["done"].to_numpy().astype(np.int64).copy()
+    p = p.sort_values("coll_completed", ascending=False).drop_duplicates(["group", "rank"])
+    best = {(g, int(r)): (cc, pc) for g, r, cc, pc in zip(p["group"].tolist(), p["rank"].tolist(),
+                                                         p["coll_completed"].tolist(), p["p2p_completed"].tolist())}
+    got = [best.get((g, int(r)), (-1, -1)) for g, r in zip(calls["group"].tolist(), calls["rank"].tolist())]
+    lim = np.array([pc if k == "p2p" else cc for (cc, pc), k in zip(got, calls["kind"].tolist())], dtype=np.int64)
+    done = calls["done"].astype(np.int64).copy()
     known = lim >= 0
-    seq = calls["seq"].to_numpy().astype(np.int64)
+    seq = calls["seq"].astype(np.int64)
     done[known & (seq <= lim)] = 1
     done[known & (seq > lim) & (done != 1)] = 0
-    return calls.assign(done=done)
+    return calls.with_columns(done=done)
 
 
-def _resolve_members(groups: dict[str, Group], calls: pd.DataFrame, progress: pd.DataFrame, world: set[int],
+def _resolve_members(groups: dict[str, Group], calls: Table, progress: Table, world: set[int],
                      recorded: set[int] | None = None) -> None:
     """Members of groups whose config did not list them (gloo): the world for the default group, else those
     observed — completed with ranks that left no record where the group's role says members are missing.
@@ -532,7 +572,8 @@ def _resolve_members(groups: dict[str, Group], calls: pd.DataFrame, progress: pd
         if g.members is None and (g.key == "0" or g.desc == "default_pg"):
             g.members, g.member_source = set(world), "world"
         elif g.members is None:
-            seen = set(calls.loc[calls["group"] == g.key, "rank"]) | set(progress.loc[progress["group"] == g.key, "rank"])
+            seen = (set(calls["rank"][calls["group"] == g.key].tolist())
+                    | set(progress["rank"][progress["group"] == g.key].tolist()))
             g.members, g.member_source = {int(x) for x in seen}, "observed"
     absent = set(world) - (recorded or set())
     by_role: dict[str, list[Group]] = {}

@@ -16,6 +16,7 @@ from __future__ import annotations
 from analyzer.hang.diagnosis import FIX, HangDiagnosis
 from analyzer.hang.stderr_facts import _is_origin
 from analyzer.phrases import ranks_text
+from parsers.table import isin
 
 #: event kinds that show something went wrong (parsers/stderr_events.py); informational kinds are left out
 FAILURE_KINDS = {"gloo_size_mismatch", "gloo_invalid_tensor_size", "cuda_illegal_memory", "cuda_device_assert",
@@ -34,7 +35,7 @@ def _lines(logs: list) -> list[dict]:
         path = str(getattr(log, "path", ""))
         ev = getattr(log, "events", None)
         if ev is not None and len(ev):
-            sel = ev[ev["kind"].astype(str).isin(FAILURE_KINDS)]
+            sel = ev[isin(ev["kind"].astype(str), FAILURE_KINDS)]
             for x in sel.itertuples(index=False):
                 kind, reason, code = str(x.kind), str(x.reason), int(x.code)
                 if kind == "signal" and "SIGTERM" in reason and "launcher" not in reason:

@@ -16,11 +16,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-import pandas as pd
+import numpy as np
 
 from analyzer.hang.inputs import HangInputs
 from analyzer.phrases import per_rank_text, ranks_text, values_text
 from analyzer.hang.p2p import period_next
+from parsers.table import Table
 
 SIZE_FREE_IN = {"alltoall", "scatter"}
 SIZE_FREE_OUT = {"alltoall", "gather"}
@@ -52,13 +53,13 @@ def _part_sig(op: str, sizes_in: str, sizes_out: str, dt_in: str, dt_out: str) -
             "" if op in DTYPE_FREE_IN else dt_in, "" if op in DTYPE_FREE_OUT else dt_out)
 
 
-def per_rank_calls(calls: pd.DataFrame) -> dict[int, pd.DataFrame]:
+def per_rank_calls(calls: Table) -> dict[int, Table]:
     """A group's collective rows → rank → rows indexed by seq (several rows per seq for a coalesced call)."""
     c = calls[calls["kind"] == "coll"]
-    return {int(r): df.sort_values(["seq", "order"]) for r, df in c.groupby("rank")}
+    return {int(r): df.sort_values(["seq", "order"]) for r, df in c.groups("rank")}
 
 
-def signature(rows: pd.DataFrame, coarse: bool = False) -> tuple:
+def signature(rows: Table, coarse: bool = False) -> tuple:
     """Signature of one rank's call at one seq: the tuple of its parts' signatures in call order.
 
     `coarse` compares element counts instead of shapes and leaves dtypes out: used when the ranks' rows come from
@@ -97,19 +98,19 @@ def _first_field(sig_by_rank: dict[int, tuple]) -> str:
     return "op"
 
 
-def _alltoall_totals(rows_at: dict[int, pd.DataFrame]) -> tuple[int, int]:
+def _alltoall_totals(rows_at: dict[int, Table]) -> tuple[int, int]:
     """Σ input elements vs Σ output elements over the group's members at one all_to_all."""
-    ins = sum(int(r["numel_in"].clip(lower=0).sum()) for r in rows_at.values())
-    outs = sum(int(r["numel_out"].clip(lower=0).sum()) for r in rows_at.values())
+    ins = sum(int(np.maximum(r["numel_in"], 0).sum()) for r in rows_at.values())
+    outs = sum(int(np.maximum(r["numel_out"], 0).sum()) for r in rows_at.values())
     return ins, outs
 
 
-def _detail(rows_at: dict[int, pd.DataFrame]) -> tuple[dict, dict, dict, list[dict]]:
+def _detail(rows_at: dict[int, Table]) -> tuple[dict, dict, dict, list[dict]]:
     """Per-rank op / element count / dtype and the evidence rows at one seq."""
     ops, sizes, dts, ev = {}, {}, {}, []
     for r, rows in sorted(rows_at.items()):
         ops[r] = "+".join(rows["op"])
-        sizes[r] = int(rows["numel_in"].clip(lower=-1).sum()) if (rows["numel_in"] >= 0).all() else -1
+        sizes[r] = int(np.maximum(rows["numel_in"], -1).sum()) if (rows["numel_in"] >= 0).all() else -1
         dts[r] = ",".join(sorted(set(",".join(rows["dtype_in"]).split(",")) - {""}))
         for x in rows.itertuples(index=False):
             ev.append(dict(file=x.file, line=None if x.line is None or int(x.line) < 0 else int(x.line),
@@ -125,7 +126,7 @@ def group_divergence(inp: HangInputs, key: str) -> Divergence | None:
     if len(by_rank) < 2:
         return None
     n_members = len(g.members or by_rank)
-    seqs = sorted(set().union(*[set(df["seq"]) for df in by_rank.values()]))
+    seqs = sorted(set().union(*[set(df["seq"].tolist()) for df in by_rank.values()]))
     for s in seqs:
         rows_at = {r: df[df["seq"] == s] for r, df in by_rank.items() if (df["seq"] == s).any()}
         if len(rows_at) < 2:
@@ -145,7 +146,7 @@ def group_divergence(inp: HangInputs, key: str) -> Divergence | None:
             _refine_by_alignment(by_rank, s, d)
             _left_the_loop(by_rank, s, d)
             return d
-        first_op = next(iter(rows_at.values()))["op"].iloc[0]
+        first_op = next(iter(rows_at.values()))["op"][0]
         known = g.member_source in ("pg_config", "world", "nccl_init")  # observed members may be only some of them
         if first_op == "alltoall" and known and len(rows_at) == n_members:
             ins, outs = _alltoall_totals(rows_at)
@@ -171,8 +172,8 @@ def _break_by_siblings(inp: HangInputs, d: Divergence, sigs: dict[int, tuple], c
                 or o.members & g.members:
             continue
         c = inp.calls[(inp.calls["group"] == key) & (inp.calls["kind"] == "coll") & (inp.calls["seq"] == d.seq)]
-        theirs = {signature(x, coarse) for _, x in c.groupby("rank")}
-        if len(theirs) == 1 and c["rank"].nunique() == len(o.members):
+        theirs = {signature(x, coarse) for _, x in c.groups("rank")}
+        if len(theirs) == 1 and len(set(c["rank"].tolist())) == len(o.members):
             votes[theirs.pop()] += 1
     if not votes:
         return False
@@ -204,10 +205,10 @@ def _cause(d: Divergence, what: str, tie: bool) -> str:
     return f"{ranks_text(d.culprits)} " + text.format(odd=odd, ref=ref)
 
 
-def _sigs_from(df: pd.DataFrame, s: int, n: int = 6) -> list[tuple]:
+def _sigs_from(df: Table, s: int, n: int = 6) -> list[tuple]:
     """Signatures of a rank's calls from seq s on (at most n)."""
     out = []
-    for _, rows in df[df["seq"] >= s].groupby("seq", sort=True):
+    for _, rows in df[df["seq"] >= s].groups("seq"):
         out.append(signature(rows))
         if len(out) >= n:
             break
@@ -264,19 +265,19 @@ def call_site_kind(mine: tuple, history: set[tuple]) -> str:
     return "" if tuple(mine_names) in names else "extra"
 
 
-def _left_the_loop(by_rank: dict[int, pd.DataFrame], s: int, d: Divergence) -> None:
+def _left_the_loop(by_rank: dict[int, Table], s: int, d: Divergence) -> None:
     """A culprit whose odd call at seq s came from outside the loop the group's other calls come from never joined
     the collective the others wait in (fewer batches, an early exit); one from a new site inside it issued an
     extra collective."""
     if d.kind != "mismatched_op" or d.tie or len(d.culprits) != 1:
         return
     r = d.culprits[0]
-    hist = {user_stack(x) for df in by_rank.values() for x in df.loc[df["seq"] < s, "stack"]}
-    at = by_rank[r].loc[by_rank[r]["seq"] == s]
+    hist = {user_stack(x) for df in by_rank.values() for x in df["stack"][df["seq"] < s]}
+    at = by_rank[r][by_rank[r]["seq"] == s]
     if at.empty:
         return
-    kind = call_site_kind(user_stack(at["stack"].iloc[0]), hist)
-    frame = str(at["frame"].iloc[0])
+    kind = call_site_kind(user_stack(at["stack"][0]), hist)
+    frame = str(at["frame"][0])
     theirs = values_text(sorted(set(d.ops[x] for x in d.present if x not in d.culprits)))
     if kind == "left_loop":
         d.kind = "missing_rank"
@@ -290,12 +291,12 @@ def _left_the_loop(by_rank: dict[int, pd.DataFrame], s: int, d: Divergence) -> N
                    "branch, e.g. a checkpoint barrier or logging on one rank)")
 
 
-def _history(df: pd.DataFrame, s: int) -> list:
+def _history(df: Table, s: int) -> list:
     """Signatures of a rank's calls before seq s, in order."""
-    return [signature(rows) for _, rows in df[df["seq"] < s].groupby("seq", sort=True)]
+    return [signature(rows) for _, rows in df[df["seq"] < s].groups("seq")]
 
 
-def _refine_by_alignment(by_rank: dict[int, pd.DataFrame], s: int, d: Divergence) -> None:
+def _refine_by_alignment(by_rank: dict[int, Table], s: int, d: Divergence) -> None:
     """Tell a substitution from an order swap, an extra or a skipped collective by aligning later calls.
 
     Ranks blocked at the divergence often issued nothing after it; then the group's own history decides: when
@@ -351,27 +352,29 @@ def late_arrivals(inp: HangInputs, skip: set[str] = frozenset()) -> list[Diverge
                   & (inp.calls["source"] == "flight_recorder")]
     if c.empty:
         return out
-    timeouts = {str(g): float(v) * 1e6 for g, v in
-                c[c["timeout_ms"] > 0].groupby("group")["timeout_ms"].median().items()}
-    for g, df in c.groupby("group"):
+    timeouts = {str(g): float(np.median(x["timeout_ms"])) * 1e6 for g, x in c[c["timeout_ms"] > 0].groups("group")}
+    for g, df in c.groups("group"):
         members = inp.groups[g].members if g in inp.groups else None
-        last = df.groupby("rank")["seq"].max()
-        if g in skip or not members or len(last) < 2 or set(last.index) != set(members) or last.nunique() != 1:
+        last = {r: int(x["seq"].max()) for r, x in df.groups("rank")}
+        if g in skip or not members or len(last) < 2 or set(last) != set(members) or len(set(last.values())) != 1:
             continue
-        s = int(last.iloc[0])
-        at = df[df["seq"] == s].groupby("rank")["created_ns"].min()
+        s = next(iter(last.values()))
+        at = {r: int(x["created_ns"].min()) for r, x in df[df["seq"] == s].groups("rank")}
         limit = LATE_FRACTION * timeouts.get(g, 0)
         if limit <= 0:
             continue
-        late = [int(r) for r, t in at.items() if t - at.drop(r).median() > limit]
+
+        def others(r: int) -> float:
+            return float(np.median([t for q, t in at.items() if q != r]))
+        late = [int(r) for r, t in at.items() if t - others(r) > limit]
         if not late or len(late) * 2 > len(at) or (len(late) * 2 == len(at) and len(at) > 2):
             continue
-        delay = {r: (int(at[r]) - int(at.drop(r).median())) / 1e9 for r in late}
+        delay = {r: (int(at[r]) - int(others(r))) / 1e9 for r in late}
         rows = df[df["seq"] == s]
         ev = [dict(file=x.file, line=None, text=str(x.text), rank=int(x.rank)) for x in rows.itertuples(index=False)]
         cause = "; ".join(f"rank {r} issued seq {s} {delay[r]:.1f} s after the others (their timeout: "
                           f"{timeouts[g] / 1e9:.1f} s): it stalled before the collective and arrived after they had "
                           "given up" for r in late)
         out.append(Divergence(kind="lagging_rank", group=str(g), seq=s, culprits=sorted(late), tie=False,
-                              present=sorted(int(r) for r in at.index), rows=ev, cause=cause))
+                              present=sorted(int(r) for r in at), rows=ev, cause=cause))
     return out

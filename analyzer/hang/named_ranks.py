@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import pandas as pd
+from parsers.table import Table
 
 from analyzer.hang.diagnosis import FIX, HangDiagnosis
 from analyzer.phrases import ranks_text
@@ -54,15 +54,15 @@ def group_ranks(reporter: int, code: int, groups: list[tuple[str, list[int]]]) -
     return sub[0] if len({tuple(m) for _, m in sub}) == 1 else ("", [])
 
 
-def _events(logs: list) -> pd.DataFrame:
+def _events(logs: list) -> Table:
     frames = []
     for log in logs:
         ev = getattr(log, "events", None)
         if ev is not None and len(ev):
             sel = ev[ev["kind"].astype(str) == "monitored_barrier"]
             if len(sel):
-                frames.append(sel.assign(file=str(getattr(log, "path", ""))))
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+                frames.append(sel.with_columns(file=str(getattr(log, "path", ""))))
+    return Table.concat(frames) if frames else Table()
 
 
 def barrier_report(logs: list, groups: list[tuple[str, list[int]]] = ()) -> BarrierReport | None:
@@ -90,7 +90,7 @@ def barrier_report(logs: list, groups: list[tuple[str, list[int]]] = ()) -> Barr
     return rep
 
 
-def _to_global(rep: BarrierReport, named: pd.DataFrame, ev: pd.DataFrame, groups: list) -> None:
+def _to_global(rep: BarrierReport, named: Table, ev: Table, groups: list) -> None:
     """Translate group ranks to global ones when the reporter shows a sub-group (see the module docstring)."""
     g = [int(r) for r in named["rank"] if r >= 0]
     if not g:

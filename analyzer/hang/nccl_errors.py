@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import pandas as pd
+from parsers.table import Table, isin
 
 from analyzer.hang.diagnosis import HangDiagnosis
 from analyzer.phrases import ranks_text
@@ -97,17 +97,17 @@ class NcclErrorReport:
         return not self.peer
 
 
-def _rows(logs: list) -> pd.DataFrame:
+def _rows(logs: list) -> Table:
     frames = []
     for log in logs:
         ev = getattr(log, "events", None)
         if ev is not None and len(ev):
-            sel = ev[ev["kind"].astype(str).isin(_KINDS)]
+            sel = ev[isin(ev["kind"].astype(str), _KINDS)]
             if len(sel):
-                frames.append(sel.assign(file=str(getattr(log, "path", ""))))
+                frames.append(sel.with_columns(file=str(getattr(log, "path", ""))))
     if not frames:
-        return pd.DataFrame()
-    return pd.concat(frames, ignore_index=True).sort_values(["file", "line"], kind="stable")
+        return Table()
+    return Table.concat(frames).sort_values(["file", "line"], kind="stable")
 
 
 def reports(logs: list) -> list[NcclErrorReport]:

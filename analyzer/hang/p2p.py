@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import pandas as pd
+from parsers.table import Table
 
 from analyzer.hang.inputs import HangInputs
 from analyzer.hang.stderr_facts import StderrFacts
@@ -44,7 +44,7 @@ def gloo_anomalies(inp: HangInputs) -> list[P2pAnomaly]:
     """Per gloo group and rank: the last recorded interval whose P2P count differs from the rank's pattern."""
     c = inp.calls[(inp.calls["kind"] == "coll") & (inp.calls["ops_before"] >= 0)]
     out = []
-    for (g, r), df in c.groupby(["group", "rank"]):
+    for (g, r), df in c.groups(["group", "rank"]):
         if g not in inp.groups or inp.groups[g].backend != "gloo":
             continue
         gaps = [int(x) for x in df.sort_values("order")["ops_before"]]
@@ -70,5 +70,5 @@ def senders_receivers(blocked: dict[int, str]) -> tuple[list[int], list[int]]:
     return sorted(r for r, d in blocked.items() if d == "send"), sorted(r for r, d in blocked.items() if d == "recv")
 
 
-def anomaly_rows(anoms: list[P2pAnomaly]) -> pd.DataFrame:
-    return pd.DataFrame([a.__dict__ for a in anoms], columns=["rank", "group", "seq", "issued", "usual"])
+def anomaly_rows(anoms: list[P2pAnomaly]) -> Table:
+    return Table.from_records([a.__dict__ for a in anoms], ["rank", "group", "seq", "issued", "usual"])

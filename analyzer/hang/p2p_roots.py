@@ -10,6 +10,7 @@ from analyzer.hang.evidence import failure_evidence, group_desc
 from analyzer.hang.inputs import HangInputs
 from analyzer.hang.stderr_facts import StderrFacts
 from analyzer.phrases import ranks_text
+from parsers.table import isin
 
 
 def p2p_roots(inp: HangInputs, facts: StderrFacts, blocked: dict[int, str], claimed: set[int]
@@ -31,7 +32,7 @@ def p2p_roots(inp: HangInputs, facts: StderrFacts, blocked: dict[int, str], clai
         cause += (": it left a send/recv out (or added one), so its peer's transfer never matched"
                   + (f" — the stuck pair is {p2p.pair_text(src, dst)}" if src is not None else ""))
         ev = [(str(r.file), None, str(r.text)) for r in inp.calls[
-            (inp.calls["rank"].isin(culprits)) & (inp.calls["group"] == a.group) & (inp.calls["seq"] == a.seq)
+            isin(inp.calls["rank"], culprits) & (inp.calls["group"] == a.group) & (inp.calls["seq"] == a.seq)
             & (inp.calls["kind"] == "coll")].itertuples(index=False)]
         out.append(HangDiagnosis(kind="p2p_mismatch", process_group=a.group, pg_desc=group_desc(inp, a.group), seq=None,
                                  op="send/recv", culprit_ranks=culprits, waiting_ranks=[], confidence=0.75,

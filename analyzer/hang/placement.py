@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-import pandas as pd
+from parsers.table import Table, isin
 
 from analyzer.hang.diagnosis import HangDiagnosis
 from analyzer.hang.evidence import calls_at, ev_row, failure_evidence, group_desc, op_at, source_at, status_evidence
@@ -43,20 +43,22 @@ def from_divergence(inp: HangInputs, d: Divergence, facts: StderrFacts) -> HangD
 
 
 
-def best_group(inp: HangInputs, st: RankStates, edges: pd.DataFrame, culprits: list[int],
+def best_group(inp: HangInputs, st: RankStates, edges: Table, culprits: list[int],
                 kind: str = "") -> tuple[str, int, str]:
     """(group, seq, op) that shows a root best: for stalled devices the group holding all culprits where their own
     work stopped (largest completion gap); otherwise where most ranks wait directly on the culprits."""
-    direct = edges[edges["target"].isin(culprits)] if len(edges) else edges
+    direct = edges[isin(edges["target"], culprits)] if len(edges) else edges
     if len(direct) and kind != "device_stalled":
-        # the wait that began first (earliest-created blocking call) is the first collective the culprits missed
-        t0 = direct["created_ns"].where(direct["created_ns"] > 0)
-        top = direct.assign(t0=t0).groupby(["group", "seq", "op"]).agg(
-            n=("waiter", "nunique"), m=("target", "nunique"), t0=("t0", "min"))
-        top = top.reset_index().sort_values(["m", "t0", "n", "seq"], ascending=[False, True, False, True],
-                                            na_position="last")
-        covering = top[top["m"] == len(set(culprits))]
-        row = (covering if len(covering) else top).iloc[0]
+        # the wait that began first (earliest-created blocking call) is the first collective the culprits missed;
+        # per (group, seq, op): distinct waiters n, distinct targets m, the earliest known creation time t0
+        top = []
+        for (g, seq, op), x in direct.groups(["group", "seq", "op"]):
+            t = [v for v in x["created_ns"].tolist() if v > 0]
+            top.append(dict(group=g, seq=seq, op=op, n=len(set(x["waiter"].tolist())),
+                            m=len(set(x["target"].tolist())), t0=min(t) if t else float("inf")))
+        top.sort(key=lambda r: (-r["m"], r["t0"], -r["n"], r["seq"]))  # most targets, earliest, most waiters
+        covering = [r for r in top if r["m"] == len(set(culprits))]
+        row = (covering or top)[0]
         return str(row["group"]), int(row["seq"]), str(row["op"])
     stalls = [s for r in culprits for s in st.device_stalled.get(r, [])]
     if stalls:
@@ -86,7 +88,7 @@ def divergence_seq(st: RankStates, kind: str, g: str, culprits: list[int], wait_
 
 
 
-def root_at(inp: HangInputs, st: RankStates, edges: pd.DataFrame, kind: str, culprits: list[int], cause: str,
+def root_at(inp: HangInputs, st: RankStates, edges: Table, kind: str, culprits: list[int], cause: str,
           conf: float, facts: StderrFacts) -> HangDiagnosis:
     """A diagnosis for ranks at the head of chains, placed at the group/seq where the others wait for them."""
     g, seq, op = best_group(inp, st, edges, culprits, kind)
@@ -102,25 +104,26 @@ def root_at(inp: HangInputs, st: RankStates, edges: pd.DataFrame, kind: str, cul
             d.dtypes[int(x.rank)] = str(x.dtype_in)
     d.evidence.extend(failure_evidence(facts, culprits))
     if g:
-        d.evidence.extend(status_evidence(inp, g, sorted(set(culprits) | set(
-            edges.loc[(edges["group"] == g) & edges["target"].isin(culprits), "waiter"]) if len(edges) else set())))
+        waiting = (edges["waiter"][(edges["group"] == g) & isin(edges["target"], culprits)].tolist()
+                   if len(edges) else [])
+        d.evidence.extend(status_evidence(inp, g, sorted(set(culprits) | set(waiting))))
         d.evidence.extend(calls_at(inp, g, seq, culprits)[:4])
     return d
 
 
 
-def chain_heads(edges: pd.DataFrame, st: RankStates, claimed: set[int]) -> dict[str, list[int]]:
+def chain_heads(edges: Table, st: RankStates, claimed: set[int]) -> dict[str, list[int]]:
     """Targets of waits that wait for nobody: absent ranks (crashed) and idle ranks with data (stalled/missing)."""
     if edges.empty:
         return {}
     waiters = set(int(x) for x in edges["waiter"])
     out: dict[str, list[int]] = {}
     for t in sorted(set(int(x) for x in edges["target"]) - waiters - claimed):
-        absent = bool(edges.loc[edges["target"] == t, "absent"].any())
+        absent = bool(edges["absent"][edges["target"] == t].any())
         if absent:
             out.setdefault("crashed_rank", []).append(t)
             continue
-        if bool(edges.loc[edges["target"] == t, "unknown"].all()):
+        if bool(edges["unknown"][edges["target"] == t].all()):
             out.setdefault("unknown_rank", []).append(t)
             continue
         direct = edges[edges["target"] == t]
@@ -134,7 +137,7 @@ ROOTED_OPS = {"broadcast", "reduce", "gather", "scatter"}
 
 
 
-def failed_where_others_passed(inp: HangInputs, st: RankStates, edges: pd.DataFrame, facts: StderrFacts,
+def failed_where_others_passed(inp: HangInputs, st: RankStates, edges: Table, facts: StderrFacts,
                                 ranks: list[int]) -> HangDiagnosis | None:
     """Ranks that stopped at one collective which every member issued and the others completed, while their own
     call of it failed (their stderr: a timeout or lost peer inside the collective). They are not lagging: they
@@ -173,7 +176,7 @@ def failed_where_others_passed(inp: HangInputs, st: RankStates, edges: pd.DataFr
 
 
 
-def refine_by_call_site(inp: HangInputs, st: RankStates, edges: pd.DataFrame, facts: StderrFacts,
+def refine_by_call_site(inp: HangInputs, st: RankStates, edges: Table, facts: StderrFacts,
                          d: HangDiagnosis) -> None:
     """For a culprit known only from its traceback (no dump): was its fatal collective an extra one, or made
     after it left the loop the others are in? Its call stack against the group's recorded call sites."""

@@ -7,7 +7,7 @@ from typing import Any
 
 from analyzer.hang.analysis import analyze_hang
 from analyzer.load.job import Job
-from parsers.kineto import rank_from_file_name
+from parsers.file_names import rank_from_file_name
 
 _TEXT_SUFFIXES = (".log", ".err", ".txt", ".out", ".stderr", ".stdout")
 
@@ -50,7 +50,7 @@ def hang_section(job: Job) -> dict[str, Any]:
     groups = []
     t = rep.tables
     if t is not None and not t.empty and "process_group" in t.columns:
-        for name, g in t.groupby("process_group", sort=True):
+        for name, g in t.groups("process_group"):
             groups.append({
                 "process_group": str(name), "ranks": sorted(int(r) for r in g["rank"]),
                 **{col: {str(int(r)): (None if v is None or v != v else int(v)) for r, v in zip(g["rank"], g[col])}

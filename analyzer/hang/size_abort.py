@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from collections import Counter
 
-from analyzer.cross_rank.collectives import DTYPE_BYTES
 from analyzer.hang.diagnosis import HangDiagnosis
 from analyzer.hang.evidence import calls_at, failure_evidence, op_at
 from analyzer.hang.inputs import HangInputs
 from analyzer.hang.matching import Divergence
 from analyzer.hang.stderr_facts import StderrFacts
 from analyzer.phrases import ranks_text
+from parsers.dtype_sizes import DTYPE_BYTES
+from parsers.table import isin
 
 
 def size_abort(facts: StderrFacts, r: int) -> bool:
@@ -72,7 +73,7 @@ def size_abort_majorities(inp: HangInputs, facts: StderrFacts, taken: set[int]) 
                  f"the smallest group holding them all; its other member{'s' if len(others) > 1 else ''} "
                  f"{ranks_text(others)} sent the larger data: {'their' if len(others) > 1 else 'its'} call differs "
                  "(a skipped or extra collective there, or a different size)")
-        seqs = inp.calls.loc[(inp.calls["group"] == g.key) & inp.calls["rank"].isin(others), "seq"]
+        seqs = inp.calls["seq"][(inp.calls["group"] == g.key) & isin(inp.calls["rank"], others)]
         seq = int(seqs.max()) if len(seqs) else None
         d = HangDiagnosis(kind="mismatched_size", process_group=g.key, pg_desc=g.desc, seq=seq,
                           op=op_at(inp, g.key, seq) if seq is not None else "", culprit_ranks=others,
@@ -165,11 +166,11 @@ def _history(inp: HangInputs, g: str, seq: int, p: int) -> list[tuple[int, tuple
     past them), so the other members passed matching sizes then."""
     c = inp.calls[(inp.calls["group"] == g) & (inp.calls["rank"] == p) & (inp.calls["kind"] == "coll")]
     now = c[c["seq"] == seq]
-    if now.empty or not str(now["frame"].iloc[0]):
+    if now.empty or not str(now["frame"][0]):
         return []
-    col = "stack" if str(now["stack"].iloc[0]) else "frame"  # the whole user stack tells call sites apart best
-    site = str(now[col].iloc[0])
-    seqs = sorted(int(s) for s in set(c.loc[(c[col] == site) & (c["seq"] < seq), "seq"]))
+    col = "stack" if str(now["stack"][0]) else "frame"  # the whole user stack tells call sites apart best
+    site = str(now[col][0])
+    seqs = sorted(int(s) for s in set(c["seq"][(c[col] == site) & (c["seq"] < seq)].tolist()))
     return [(s, _signature(inp, g, s, p)) for s in seqs]
 
 

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-import pandas as pd
+from parsers.table import Table
 
 ORIGIN_KINDS = {"gloo_size_mismatch", "gloo_invalid_tensor_size", "cuda_illegal_memory", "cuda_device_assert",
                 "cuda_error", "xid", "ecc", "oom", "host_oom_kill"}
@@ -234,7 +234,7 @@ def _chains_after_consequence(rows: list[tuple[str, dict]]) -> dict[int, int]:
     return out
 
 
-def _failure_table(out: StderrFacts, fails: pd.DataFrame | None, path: str, order: int) -> None:
+def _failure_table(out: StderrFacts, fails: Table | None, path: str, order: int) -> None:
     """torchrun's table: exit code and signal per rank (a death), its root-cause pick (evidence only)."""
     if fails is None or not len(fails):
         return
@@ -312,7 +312,7 @@ def _traceback(out: StderrFacts, r: int, x: dict, path: str, line: int | None, o
             f.timed_out = True
 
 
-def add_log_errors(facts: StderrFacts, errors: pd.DataFrame) -> None:
+def add_log_errors(facts: StderrFacts, errors: Table) -> None:
     """Fold NCCL / watchdog error lines from NCCL logs (hang inputs' `errors`) into the facts.
 
     An NCCL error on a rank that did not itself time out is that rank's origin; a timeout makes the rank a waiter;
@@ -320,7 +320,7 @@ def add_log_errors(facts: StderrFacts, errors: pd.DataFrame) -> None:
     """
     if errors is None or errors.empty:
         return
-    timed = set(int(r) for r in errors.loc[errors["kind"] == "timeout", "rank"])
+    timed = set(int(r) for r in errors["rank"][errors["kind"] == "timeout"])
     for x in errors.itertuples(index=False):
         r = int(x.rank)
         f = facts.rank(r)

@@ -185,9 +185,9 @@ def timeouts_only(inp: HangInputs, facts: StderrFacts) -> list[HangDiagnosis]:
     timed += [r for r, f in sorted(facts.ranks.items()) if f.timed_out and r not in timed]
     if not timed:
         return []
-    g = str(e.sort_values("seq").iloc[0]["group"]) if len(e) else ""
-    seq = int(e.sort_values("seq").iloc[0]["seq"]) if len(e) else None
-    ev = [(str(x.file), int(x.line), str(x.text)) for x in e.head(4).itertuples()] if len(e) else []
+    g = str(e.sort_values("seq")["group"][0]) if len(e) else ""
+    seq = int(e.sort_values("seq")["seq"][0]) if len(e) else None
+    ev = [(str(x.file), int(x.line), str(x.text)) for x in e[0:4].itertuples()] if len(e) else []
     for r in timed[:4]:
         ev.extend(c_ev for c in facts.ranks[r].consequences[:1] if r in facts.ranks
                   for c_ev in [(c["file"], c["line"], c["text"])]) if r in facts.ranks else None

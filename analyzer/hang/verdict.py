@@ -16,7 +16,7 @@ p2p_roots and stderr_roots; this module orders them and ties each blocked rank t
 """
 from __future__ import annotations
 
-import pandas as pd
+from parsers.table import Table, isin
 
 from analyzer.hang import p2p
 from analyzer.hang.deadlocks import cycle_diag, stuck_pair_root
@@ -42,7 +42,7 @@ KIND_ORDER = {"mismatched_op": 0, "order_mismatch": 0, "extra_collective": 0, "s
 
 
 
-def build(inp: HangInputs, st: RankStates, edges: pd.DataFrame, divs: list[Divergence],
+def build(inp: HangInputs, st: RankStates, edges: Table, divs: list[Divergence],
           facts: StderrFacts, lates: list[Divergence] = ()) -> tuple[list[HangDiagnosis], dict[int, str]]:
     """Ranked root diagnoses and the reason each rank without a dump has none (module docstring)."""
     diags: list[HangDiagnosis] = []
@@ -51,7 +51,7 @@ def build(inp: HangInputs, st: RankStates, edges: pd.DataFrame, divs: list[Diver
     # stale (gloo records no send/recv, so the dump's last entry is an older collective)
     blocked_p2p = p2p.blocked_directions(facts)
     if blocked_p2p and len(edges):
-        edges = edges[~(edges["waiter"].isin(list(blocked_p2p)) & (edges["kind"] == "coll"))]
+        edges = edges[~(isin(edges["waiter"], list(blocked_p2p)) & (edges["kind"] == "coll"))]
     world = set(inp.world) | set(facts.ranks)
     no_dump = _no_dump_reasons(inp, facts, world)
     if facts.rendezvous and not inp.dumps and not any(f.timed_out for f in facts.ranks.values()):
@@ -121,7 +121,7 @@ def build(inp: HangInputs, st: RankStates, edges: pd.DataFrame, divs: list[Diver
                       absent=False, unknown=False, created_ns=-1)
                  for r in blocked_p2p if r not in x.culprit_ranks for c in x.culprit_ranks]
         if extra:
-            edges = pd.concat([edges, pd.DataFrame(extra, columns=edges.columns)], ignore_index=True)
+            edges = Table.concat([edges, Table.from_records(extra, edges.columns)])
     claimed |= {r for r in blocked_p2p if any(r in (d.culprit_ranks + d.waiting_ranks) for d in diags)}
     # late arrivals: everyone issued the call, but one rank only after the others' timeout had run out
     for la in lates:
@@ -255,7 +255,7 @@ def _no_dump_reasons(inp: HangInputs, facts: StderrFacts, world: set[int]) -> di
 
 
 
-def _quiet_absent(inp: HangInputs, st: RankStates, edges: pd.DataFrame) -> list[str]:
+def _quiet_absent(inp: HangInputs, st: RankStates, edges: Table) -> list[str]:
     """Warnings for groups whose members left no record while nobody present is seen waiting for them."""
     out = []
     awaited = set(int(t) for t in edges["target"]) if len(edges) else set()

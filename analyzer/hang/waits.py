@@ -16,9 +16,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import pandas as pd
+import numpy as np
 
 from analyzer.hang.inputs import HangInputs
+from parsers.table import Table
 
 
 @dataclass
@@ -56,11 +57,11 @@ def _progress_maps(inp: HangInputs) -> tuple[dict, dict]:
     done: dict[tuple[str, int], int] = {}
     c = inp.calls[inp.calls["kind"] == "coll"]
     if len(c):
-        for (g, r), s in c.groupby(["group", "rank"])["seq"].max().items():
-            enq[(g, int(r))] = int(s)
+        for (g, r), x in c.groups(["group", "rank"]):
+            enq[(g, int(r))] = int(x["seq"].max())
         fin = c[c["done"] == 1]
-        for (g, r), s in fin.groupby(["group", "rank"])["seq"].max().items():
-            done[(g, int(r))] = int(s)
+        for (g, r), x in fin.groups(["group", "rank"]):
+            done[(g, int(r))] = int(x["seq"].max())
     for x in inp.progress.itertuples(index=False):
         k = (str(x.group), int(x.rank))
         if x.coll_enqueued >= 0:
@@ -83,15 +84,15 @@ def _has_record(inp: HangInputs, rank: int) -> bool:
     return rank in inp.dumps or rank in inp.log_ranks
 
 
-def _blocking_row(rows: pd.DataFrame) -> pd.Series | None:
+def _blocking_row(rows: Table) -> dict | None:
     """The oldest incomplete call; the last call when the source does not report completion."""
     if rows.empty:
         return None
     inc = rows[rows["done"] == 0]
     if len(inc):
-        return inc.iloc[0]
+        return inc.row(0)
     if (rows["done"] == -1).any():
-        return rows.iloc[-1]
+        return rows.row(-1)
     return None  # everything it issued completed
 
 
@@ -105,7 +106,7 @@ def rank_states(inp: HangInputs, explained: dict[tuple[str, int], list[int]] | N
     st = RankStates()
     st.enqueued, st.completed = _progress_maps(inp)
     calls = inp.calls.sort_values(["rank", "order"], kind="stable")
-    st.with_data = set(int(r) for r in calls["rank"].unique()) | set(inp.dumps)
+    st.with_data = set(int(r) for r in np.unique(calls["rank"])) | set(inp.dumps)
     max_done: dict[str, int] = {}
     for (g, _), v in st.completed.items():
         max_done[g] = max(max_done.get(g, -1), v)
@@ -114,16 +115,16 @@ def rank_states(inp: HangInputs, explained: dict[tuple[str, int], list[int]] | N
         if 0 <= v < max_done[g] and v < e:  # peers saw collectives complete that this rank never saw complete
             st.device_stalled.setdefault(r, []).append(dict(group=g, seq=v + 1, completed=v,
                                                             peers_completed=max_done[g], enqueued=e))
-    by_rank = {int(r): df for r, df in calls.groupby("rank")}
+    by_rank = {int(r): df for r, df in calls.groups("rank")}
     for r in sorted(st.with_data):
-        row = _blocking_row(by_rank.get(r, calls.iloc[0:0]))
+        row = _blocking_row(by_rank.get(r, calls[0:0]))
         if row is None:
             st.idle.add(r)
             continue
         key = (str(row["group"]), int(row["seq"]))
         if row["kind"] == "coll" and key in explained:
             b = Blocked(rank=r, group=key[0], kind="coll", seq=key[1], op=str(row["op"]), peer=-1,
-                        targets=[c for c in explained[key] if c != r], absent=[], row=row.to_dict())
+                        targets=[c for c in explained[key] if c != r], absent=[], row=dict(row))
             if b.targets:
                 st.blocked[r] = b
                 continue
@@ -135,12 +136,12 @@ def rank_states(inp: HangInputs, explained: dict[tuple[str, int], list[int]] | N
     return st
 
 
-def _targets(inp: HangInputs, st: RankStates, r: int, row: pd.Series, by_rank: dict) -> Blocked:
+def _targets(inp: HangInputs, st: RankStates, r: int, row: dict, by_rank: dict) -> Blocked:
     """Whom rank r waits for at its blocking call."""
     g, s = str(row["group"]), int(row["seq"])
     members = sorted(inp.groups[g].members or []) if g in inp.groups else []
     b = Blocked(rank=r, group=g, kind=str(row["kind"]), seq=s, op=str(row["op"]), peer=int(row["peer"]),
-                targets=[], absent=[], row=row.to_dict())
+                targets=[], absent=[], row=dict(row))
     if row["kind"] == "coll":
         for m in members:
             if m == r:
@@ -168,25 +169,29 @@ def _targets(inp: HangInputs, st: RankStates, r: int, row: pd.Series, by_rank: d
         b.targets = [peer]  # the peer never posted the matching send/recv
         return b
     pb = _blocking_row(prow)
-    if pb is not None and int(pb["order"]) == int(match.iloc[0]["order"]):
+    if pb is not None and int(pb["order"]) == int(match["order"][0]):
         b.stuck_pair = peer  # both posted, both blocked on exactly this transfer
     else:
         b.targets = [peer]   # the peer posted it, but its own work is blocked earlier
     return b
 
 
-def wait_edges(st: RankStates) -> pd.DataFrame:
+def wait_edges(st: RankStates) -> Table:
     """waiter → target rows (group, seq, kind) from the blocking points."""
     rows = [dict(waiter=b.rank, target=t, group=b.group, seq=b.seq, kind=b.kind, op=b.op, absent=t in b.absent,
                  unknown=t in b.unknown, created_ns=int(b.row.get("created_ns", -1) or -1))
             for b in st.blocked.values() for t in b.targets]
-    return pd.DataFrame(rows, columns=["waiter", "target", "group", "seq", "kind", "op", "absent", "unknown",
-                                       "created_ns"])
+    return Table.from_records(rows, EDGE_COLUMNS, EDGE_DTYPES)
 
 
-def reachable_roots(edges: pd.DataFrame, start: int) -> set[int]:
+EDGE_COLUMNS = ["waiter", "target", "group", "seq", "kind", "op", "absent", "unknown", "created_ns"]
+EDGE_DTYPES = {"waiter": np.int64, "target": np.int64, "seq": np.int64, "absent": bool, "unknown": bool,
+               "created_ns": np.int64}
+
+
+def reachable_roots(edges: Table, start: int) -> set[int]:
     """Sinks reachable from `start` along wait edges (the ranks at the head of its chain)."""
-    nxt = {int(k): sorted(set(v)) for k, v in edges.groupby("waiter")["target"]} if len(edges) else {}
+    nxt = {int(k): sorted(set(v["target"].tolist())) for k, v in edges.groups("waiter")} if len(edges) else {}
     seen, stack, out = {start}, [start], set()
     while stack:
         u = stack.pop()
@@ -200,11 +205,11 @@ def reachable_roots(edges: pd.DataFrame, start: int) -> set[int]:
     return out
 
 
-def cycles(edges: pd.DataFrame) -> list[list[int]]:
+def cycles(edges: Table) -> list[list[int]]:
     """Strongly connected components of ≥ 2 ranks (Tarjan, iterative): ranks that wait for each other."""
     if edges.empty:
         return []
-    nxt: dict[int, list[int]] = {int(k): sorted(set(map(int, v))) for k, v in edges.groupby("waiter")["target"]}
+    nxt: dict[int, list[int]] = {int(k): sorted(set(map(int, v["target"].tolist()))) for k, v in edges.groups("waiter")}
     nodes = sorted(set(nxt) | {int(t) for t in edges["target"]})
     index, low, on, stack, out = {}, {}, set(), [], []
     counter = [0]

@@ -12,9 +12,10 @@ complete event, and nothing of the threads written after it. Hence a cut damages
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
-import pandas as pd
+if TYPE_CHECKING:
+    import pandas as pd
 
 PARTIAL = "partial: the file was cut inside this step"
 PAST = "past the cut: the events after it were lost"
@@ -82,5 +83,6 @@ def drop_excluded(step_metrics: pd.DataFrame, damage: dict[int, CutDamage]) -> p
     if not damage or step_metrics is None or not len(step_metrics):
         return step_metrics
     bad = [(r, s) for r, d in damage.items() for s in d.excluded]
+    import pandas as pd
     keys = pd.MultiIndex.from_arrays([step_metrics["rank"], step_metrics["step"]])
     return step_metrics[~keys.isin(bad)].reset_index(drop=True)

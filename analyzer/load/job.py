@@ -5,16 +5,18 @@ import os
 from functools import partial
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from analyzer.load.damage import CutDamage, assess_job, drop_excluded
 from analyzer.load.engine import Engine, LocalEngine
-from analyzer.rank.summary import RankLanes, RankSummary, SharedValues, summarise
 from parsers.discover import FR_DUMP, KINETO, NCCL_LOG, STDERR, discover
 from parsers.errors import InputError
-from parsers.kineto import load_trace
+from parsers.table import Table
+
+if TYPE_CHECKING:  # the trace path's modules (pandas) are imported where traces are read, not for logs alone
+    import pandas as pd
+
+    from analyzer.rank.summary import RankLanes, RankSummary
 
 READ, SALVAGED, SKIPPED, FAILED = "read", "salvaged", "skipped", "failed"
 
@@ -40,7 +42,8 @@ class Job:
 
     files: list[FileRecord]
     traces: dict[int, RankSummary]
-    step_metrics: pd.DataFrame
+    #: per rank and step (a pandas DataFrame); an empty Table when the job has no traces (parsers/table.py)
+    step_metrics: "pd.DataFrame | Table"
     nccl_logs: list[Any] = field(default_factory=list)
     fr_dumps: list[Any] = field(default_factory=list)
     world_size: Optional[int] = None
@@ -76,6 +79,8 @@ class Job:
         A rank held as a full trace (jobs built in Python) is answered here from its activity."""
         out: dict[int, Any] = {}
         far = [r for r in args if r in self.lane_handles]
+        if full_traces and args:
+            from analyzer.rank.summary import RankSummary
         for r in args if full_traces else ():
             t = self.traces.get(r)
             if r not in self.lane_handles and t is not None and not isinstance(t, RankSummary):
@@ -115,6 +120,8 @@ def _parse_trace(path: str, comm_kernels: tuple = ()) -> tuple[tuple[Optional[Ra
 
     ``comm_kernels``: the user's communication-kernel patterns ([tool.analyze] comm-kernels, already validated).
     """
+    from analyzer.rank.summary import summarise
+    from parsers.kineto import load_trace
     try:
         from parsers.comm_kernels import table_for
         trace = load_trace(path, comm_kernels=table_for(comm_kernels))
@@ -227,13 +234,18 @@ def load_job(paths: list[str | Path], jobs: Optional[int] = None,
     if engine is None:
         engine = LocalEngine(default_jobs() if jobs is None else max(1, jobs))
     parse = partial(_parse_trace, comm_kernels=tuple(comm_kernels or ()))
-    shared = SharedValues()
-    results, handles = engine.map_keep(parse, trace_paths, progress,
-                                       receive=lambda r: (shared.share(r[0]), r[1]))
+    shared: list = []  # the job's SharedValues, made when the first trace arrives
+
+    def receive(r: tuple) -> tuple:
+        if not shared:
+            from analyzer.rank.summary import SharedValues
+            shared.append(SharedValues())
+        return shared[0].share(r[0]), r[1]
+    results, handles = engine.map_keep(parse, trace_paths, progress, receive=receive)
     found_jobs, other_job, keep_folder = _split_jobs(trace_paths, results, select_job)
     traces: dict[int, RankSummary] = {}
     lane_handles: dict[int, Any] = {}
-    metrics: list[pd.DataFrame] = []
+    metrics: list = []
     warnings: list[str] = []
     unranked: list[tuple[str, RankSummary, Any]] = []
     for path, (trace, err), handle in zip(trace_paths, results, handles):
@@ -302,8 +314,7 @@ def load_job(paths: list[str | Path], jobs: Optional[int] = None,
     world = world_size or (max(worlds) if worlds else None)  # the ranks a trace is expected from
     missing = sorted(set(range(world)) - set(traces)) if world and traces else []
     records.sort(key=lambda r: r.path)
-    step_metrics = (pd.concat(metrics, ignore_index=True).sort_values(["rank", "step"], kind="stable")
-                    .reset_index(drop=True) if metrics else pd.DataFrame())
+    step_metrics = _job_metrics(metrics)
     for t in traces.values():  # the job-wide table holds them now
         t.step_metrics = None
     damage = assess_job(traces)
@@ -312,6 +323,14 @@ def load_job(paths: list[str | Path], jobs: Optional[int] = None,
               world_size_source=ws.source)
     out.jobs = found_jobs
     return out
+
+
+def _job_metrics(metrics: list) -> "pd.DataFrame | Table":
+    """The ranks' step metrics as one table sorted by rank and step; an empty Table without traces (no pandas)."""
+    if not metrics:
+        return Table()
+    import pandas as pd
+    return pd.concat(metrics, ignore_index=True).sort_values(["rank", "step"], kind="stable").reset_index(drop=True)
 
 
 def _world_size(override: Optional[int], trace_worlds: set, dumps: list, stderr_logs: list, logs: list):

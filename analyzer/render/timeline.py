@@ -19,8 +19,8 @@ import orjson
 import pandas as pd
 
 from analyzer.render.common import printable
+from analyzer.render.formats import DEFAULT_MAX_EVENTS  # noqa: F401  (the --timeline-max-events default)
 
-DEFAULT_MAX_EVENTS = 1_000_000
 MAX_NAME = 300
 
 #: thread ids inside a rank's process (names and real ids in thread_name metadata); a track whose slices overlap

@@ -19,7 +19,6 @@ class Options:
 
 def run_analysis(job: Job, options: Optional[Options] = None) -> dict:
     """Build the full report dict (docs/json-schema.md) for a loaded job."""
-    from analyzer.cross_rank.section import cross_rank_section
     from analyzer.hang.section import hang_section
     from analyzer.report.nccl_section import nccl_section
     from rules.engine import run_rules
@@ -43,7 +42,7 @@ def run_analysis(job: Job, options: Optional[Options] = None) -> dict:
         report["warnings"].append(cov.note(steps))
     if split_note:
         report["warnings"].append(split_note)
-    report["cross_rank"] = _section(report, "cross-rank", lambda: cross_rank_section(job, options.gpus_per_node))
+    report["cross_rank"] = _section(report, "cross-rank", lambda: _cross_rank(job, options.gpus_per_node))
     report["hang"] = _section(report, "hang", lambda: hang_section(job),
                               {"status": "error", "diagnoses": [], "groups": []})
     report["nccl"] = _section(report, "NCCL log", lambda: nccl_section(job))
@@ -56,6 +55,15 @@ def run_analysis(job: Job, options: Optional[Options] = None) -> dict:
         report["nothing_analysed"] = nothing_analysed_reason(job)
     report["verdict"] = verdict(report["findings"], report.get("nothing_analysed"))
     return report
+
+
+def _cross_rank(job: Job, gpus_per_node: Optional[int]) -> dict:
+    """The cross-rank section; it reads traces only, so without them it is empty and its modules (pandas) are
+    not imported."""
+    if not job.traces:
+        return {}
+    from analyzer.cross_rank.section import cross_rank_section
+    return cross_rank_section(job, gpus_per_node)
 
 
 def split_waits(job: Job, options: Options) -> Optional[str]:

@@ -2,15 +2,16 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from analyzer import __version__
 from analyzer.load.job import Job
-from analyzer.rank.summary import n_collectives
 from analyzer.report.summary import job_summary, rank_summary
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 SCHEMA = "dtrace-analyzer/report"
 SCHEMA_VERSION = 1
@@ -97,6 +98,11 @@ def skipped_by_reason(files: list) -> list[dict]:
     return sorted(rows, key=lambda r: (-r["count"], r["reason"]))
 
 
+def _n_collectives(trace: Any) -> int:
+    from analyzer.rank.summary import n_collectives  # the trace path's modules: imported with traces only
+    return n_collectives(trace)
+
+
 def build_report(job: Job) -> dict:
     """The base report: inputs, ranks, per-step and per-rank metrics, job summary, warnings."""
     sm = job.step_metrics
@@ -112,7 +118,7 @@ def build_report(job: Job) -> dict:
             "rank": r, "file": t.path, "rank_source": t.rank_source, "world_size": t.world_size,
             "host": t.meta.get("host"), "gpu": t.meta.get("gpu_name"), "device_type": t.meta.get("device_type"),
             "backend": t.meta.get("backend"), "nccl_version": t.meta.get("nccl_version"),
-            "activities": int(t.n_activities), "collectives": n_collectives(t),
+            "activities": int(t.n_activities), "collectives": _n_collectives(t),
             "steps": [int(s) for s in t.steps["step"]] if len(t.steps) else [],
             "salvaged": t.salvage is not None,
             "cut": job.damage[r].to_dict() if r in getattr(job, "damage", {}) else None,

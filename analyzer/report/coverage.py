@@ -11,9 +11,11 @@ never met), nothing is dropped and the note says so.
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
-import pandas as pd
+if TYPE_CHECKING:
+    import pandas as pd
+
 
 
 def step_coverage(sm: pd.DataFrame, ranks: Optional[list[int]] = None) -> Optional[dict]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import pandas as pd
+from parsers.table import Table
 
 MAX_ROWS = 2000  # per table: a 4096-rank job's logs must not blow up the report
 _WD_OPS = {"ALLREDUCE": "allreduce", "ALLGATHER": "allgather", "_ALLGATHER_BASE": "allgather",
@@ -13,10 +13,10 @@ _WD_OPS = {"ALLREDUCE": "allreduce", "ALLGATHER": "allgather", "_ALLGATHER_BASE"
            "BARRIER": "barrier"}
 
 
-def _frame(log: Any, name: str) -> pd.DataFrame:
-    """A table of a parsed log, or an empty frame when the parser did not provide it."""
+def _frame(log: Any, name: str) -> Table:
+    """A table of a parsed log (parsers/table.py), or an empty table when the parser did not provide it."""
     df = getattr(log, name, None)
-    return df if isinstance(df, pd.DataFrame) else pd.DataFrame()
+    return df if isinstance(df, Table) else Table()
 
 
 def _int(v: Any, default: int = -1) -> int:
@@ -101,8 +101,8 @@ def _transports(log: Any, path: str, rank_of: dict) -> list[dict]:
             info.setdefault((str(r["host"]), _int(r["pid"]), str(r["comm"])),
                             (str(r.get("comm_id") or ""), _int(r.get("rank")), _int(r.get("nranks"))))
     rows = []
-    g = conns.groupby(["host", "pid", "comm", "transport"], sort=True, dropna=False)["line"].agg(["count", "min"])
-    for (host, pid, comm, transport), r in g.iterrows():
+    for (host, pid, comm, transport), x in conns.groups(["host", "pid", "comm", "transport"]):
+        r = {"count": len(x), "min": x["line"].min()}
         cid, crank, n = info.get((str(host), _int(pid), str(comm)), ("", -1, -1))
         rows.append({"comm_id": cid, "rank": rank_of.get((str(host), _int(pid)), -1), "comm_rank": crank,
                      "nranks": n, "host": str(host), "transport": str(transport), "count": int(r["count"]),

@@ -8,10 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pandas as pd
-
-from analyzer.rank.profile import rank_profile
-
 MAX_NAMES = 200
 NAME_CHARS = 240
 
@@ -23,7 +19,11 @@ def profile_section(job: Any) -> dict:
     steps_total = 0
     for t in job.traces.values():
         # a RankSummary brings its rows, computed where the rank was parsed (analyzer/rank/summary.py)
-        got = t.profile if hasattr(t, "profile") else rank_profile(t)
+        if hasattr(t, "profile"):
+            got = t.profile
+        else:
+            from analyzer.rank.profile import rank_profile  # the trace path only: pandas
+            got = rank_profile(t)
         if got is None:
             continue
         n_ranks += 1
@@ -31,6 +31,7 @@ def profile_section(job: Any) -> dict:
         frames.append(got[0])
     if not frames:
         return {}
+    import pandas as pd
     allk = pd.concat(frames, ignore_index=True)
     allk["name"] = allk["name"].astype(str).str.slice(0, NAME_CHARS)
     agg = allk.groupby(["name", "kind"], sort=False)[["per_step_n", "per_step_ns"]].sum() / n_ranks

@@ -18,13 +18,15 @@ neither exposed communication nor missing overlap.
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
-import pandas as pd
 
 from analyzer.load.job import ask_ranks
 from analyzer.rank import intervals as iv
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: Columns the split adds to the step metrics (int64 ns).
 SPLIT_COLUMNS = ("wait_ns", "exposed_wait_ns", "transfer_ns")
@@ -33,6 +35,7 @@ SPLIT_COLUMNS = ("wait_ns", "exposed_wait_ns", "transfer_ns")
 def grouped_union(rank: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The union of each rank's intervals, for every rank at once: (rank, start, end) sorted by rank, then start
     (each rank's part normalised as intervals.union makes it; vectorised, no loop over ranks)."""
+    import pandas as pd
     rank, start, end = (np.asarray(x, np.int64) for x in (rank, start, end))
     keep = end > start
     rank, start, end = rank[keep], start[keep], end[keep]
@@ -86,6 +89,7 @@ def split_times(lanes: Any, arg: tuple) -> tuple[np.ndarray, ...]:
 def split_frame(job: Any, cr: Any) -> Optional[pd.DataFrame]:
     """Per (rank, step) of the step metrics: wait_ns, exposed_wait_ns, transfer_ns, transfer_overlap_ns; None
     when the ranks' clocks are not aligned (a wait on unaligned clocks means nothing) or nothing waited."""
+    import pandas as pd
     sm = job.step_metrics
     if sm is None or not len(sm) or cr is None or cr.alignment.status != "ok" or not len(cr.parts):
         return None
