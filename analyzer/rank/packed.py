@@ -116,25 +116,31 @@ class RowStore:
         self._size = 0
         self._kept = 0
         self._held: list[Any] = []  # weak references to the tables kept in memory so far
+        self._failed = False  # no file could be made: every table stays in memory
 
     def keep(self, rows: np.ndarray) -> Any:
         """What a table stores as its rows: the array itself, or its place in the file."""
         if self._fh is None:
             self._kept += rows.nbytes
-            if self._kept <= self.KEEP_BYTES or not self._open():
+            if self._kept <= self.KEEP_BYTES or self._failed or not self._open():
                 return rows
         return self._write(rows)
 
     def track(self, table: "Packed") -> None:
-        if self._fh is None and not isinstance(table._rows, Spilled):
+        """Remember a table kept in memory (weakly), to move its rows to the file once it is opened."""
+        if self._fh is None and not self._failed and not isinstance(table._rows, Spilled):
             import weakref
             self._held.append(weakref.ref(table))
 
     def _open(self) -> bool:
         import tempfile
+        if self._failed or not hasattr(os, "pwrite") or not hasattr(os, "pread"):  # rows stay in memory
+            self._failed = True
+            return False
         try:
             self._fh = tempfile.TemporaryFile(prefix="analyze-rows-")
-        except OSError:
+        except OSError:  # no scratch folder to write to: rows stay in memory, as in a small job
+            self._failed = True
             return False
         held, self._held = self._held, []
         for ref in held:  # the tables kept in memory so far go to the file too
@@ -148,9 +154,15 @@ class RowStore:
 
     def _write(self, rows: np.ndarray) -> Any:
         data = np.ascontiguousarray(rows)
+        view = memoryview(data).cast("B")
         try:
-            os.pwrite(self._fh.fileno(), memoryview(data).cast("B"), self._size)
-        except (OSError, ValueError):
+            done = 0
+            while done < len(view):  # a short write goes on where it stopped
+                n = os.pwrite(self._fh.fileno(), view[done:], self._size + done)
+                if n <= 0:
+                    raise OSError("no progress writing the scratch file")
+                done += n
+        except (OSError, ValueError):  # no room on the scratch disk: this table stays in memory
             return rows
         place = Spilled(self, self._size, data.dtype, len(data))
         self._size += data.nbytes
