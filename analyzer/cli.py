@@ -342,6 +342,9 @@ def _analyse_and_write(args: argparse.Namespace, thresholds: dict, engine: Any, 
         if fmt == "json" and path is not None:  # bytes straight to the file (no text copy of a large report)
             code = _write_json(analysis.report, path) or code
             continue
+        if fmt == "html" and path is not None:  # written a piece at a time (analyzer/render/html.py)
+            code = _write_html(analysis, path) or code
+            continue
         color = path is None and fmt == "text" and use_color(args.color, sys.stdout)
         text = analysis.render(fmt, args.fail_on, color, args.verbose)
         if fmt != "github":  # only the annotations format may hold workflow commands
@@ -364,6 +367,23 @@ def _analyse_and_write(args: argparse.Namespace, thresholds: dict, engine: Any, 
     if code:
         return code
     return EXIT_FINDINGS if analysis.failing(args.fail_on) else EXIT_OK
+
+
+def _write_html(analysis: Any, path: str) -> int:
+    """Write the HTML report to ``path`` as it is made (guarded as :func:`guard_ci_lines` guards a document);
+    EXIT_USAGE (said on stderr) when the file cannot be written."""
+    from analyzer.render.html import write_html
+    try:
+        with open(path, "w", encoding="utf-8") as fh:
+            try:
+                write_html(analysis.report, analysis.job, fh)
+            except BaseException:
+                fh.truncate(0)  # never a partial page
+                raise
+    except OSError as exc:
+        print(f"analyze: error: cannot write {_one_line(path)}: {_one_line(exc.strerror or exc)}", file=sys.stderr)
+        return EXIT_USAGE
+    return 0
 
 
 def _write_json(report: dict, path: str) -> int:

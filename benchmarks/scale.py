@@ -70,6 +70,11 @@ def write_output(a, output: str) -> int:
             path = os.path.join(tmp, "t.json.gz")
             write_timeline(path, a.report, a.timeline_input(), DEFAULT_MAX_EVENTS)
             return os.path.getsize(path)
+        if output == "html":  # `analyze --format html --output r.html`: written a piece at a time
+            from analyzer.render.html import write_html
+            with open(os.path.join(tmp, "r.html"), "w", encoding="utf-8") as fh:
+                write_html(a.report, a.job, fh)
+            return os.path.getsize(os.path.join(tmp, "r.html"))
         from analyzer.render.sanitize import guard_ci_lines  # `analyze --format FMT --output r.FMT`
         text = guard_ci_lines(a.render(output))
         with open(os.path.join(tmp, "r." + output), "w", encoding="utf-8") as fh:

@@ -9,6 +9,7 @@ shared by every rank), and its string columns hold int32 codes: into the table's
 """
 from __future__ import annotations
 
+import os
 from typing import Any, Iterable, Optional, Sequence, Union
 
 import numpy as np
@@ -42,6 +43,7 @@ class StringPool:
         self.values: list[str] = []
         self._ids: dict[str, int] = {}
         self._array: Optional[np.ndarray] = None
+        self._rows = RowStore()
 
     def ids(self, values: Sequence[str]) -> np.ndarray:
         """The pool code of each value (added when new)."""
@@ -61,6 +63,7 @@ class StringPool:
         self.values = list(state["values"])
         self._ids = {v: i for i, v in enumerate(self.values)}
         self._array = None
+        self._rows = RowStore()
 
     def array(self) -> np.ndarray:
         """The pool as an object array (rebuilt only after it grew)."""
@@ -80,8 +83,103 @@ class StringPool:
             for f in fields:
                 codes = rows[f]
                 rows[f] = np.where(codes >= 0, ids[np.maximum(codes, 0)] if len(ids) else -1, -1)
-        table.schema, table.rows, table.strings = schema, rows, self
+        table.schema, table.strings = schema, self
+        table.rows = self._rows.keep(rows)
         return table
+
+
+class Spilled:
+    """Where one table's record array lies in a :class:`RowStore`'s file: read back on each use."""
+
+    __slots__ = ("store", "offset", "dtype", "n")
+
+    def __init__(self, store: "RowStore", offset: int, dtype: np.dtype, n: int):
+        self.store, self.offset, self.dtype, self.n = store, offset, dtype, n
+
+    def read(self) -> np.ndarray:
+        return self.store.read(self)
+
+
+class RowStore:
+    """The job's packed rows past :data:`KEEP_BYTES`, in one unnamed scratch file (docs/scale.md).
+
+    Up to ``KEEP_BYTES`` of adopted rows stay in memory (a small job reads its tables as before); past it every
+    further table, and those kept so far, go to the file and are read back (a copy, let go after use) each time
+    a table is read. The parent's heap then holds no rank's rows between the stages that read them: a 2 MB
+    rank's ~30 KB of collective rows, times the ranks. The kernel keeps the file in its page cache (written to
+    disk under pressure); the file is removed when the process lets the pool go or ends."""
+
+    KEEP_BYTES = 4 << 20
+
+    def __init__(self) -> None:
+        self._fh: Any = None
+        self._size = 0
+        self._kept = 0
+        self._held: list[Any] = []  # weak references to the tables kept in memory so far
+        self._failed = False  # no file could be made: every table stays in memory
+
+    def keep(self, rows: np.ndarray) -> Any:
+        """What a table stores as its rows: the array itself, or its place in the file."""
+        if self._fh is None:
+            self._kept += rows.nbytes
+            if self._kept <= self.KEEP_BYTES or self._failed or not self._open():
+                return rows
+        return self._write(rows)
+
+    def track(self, table: "Packed") -> None:
+        """Remember a table kept in memory (weakly), to move its rows to the file once it is opened."""
+        if self._fh is None and not self._failed and not isinstance(table._rows, Spilled):
+            import weakref
+            self._held.append(weakref.ref(table))
+
+    def _open(self) -> bool:
+        import tempfile
+        if self._failed or not hasattr(os, "pwrite") or not hasattr(os, "pread"):  # rows stay in memory
+            self._failed = True
+            return False
+        try:
+            self._fh = tempfile.TemporaryFile(prefix="analyze-rows-")
+        except OSError:  # no scratch folder to write to: rows stay in memory, as in a small job
+            self._failed = True
+            return False
+        held, self._held = self._held, []
+        for ref in held:  # the tables kept in memory so far go to the file too
+            t = ref()
+            if t is not None and t.strings is self._pool_of(t) and not isinstance(t._rows, Spilled):
+                t._rows = self._write(t._rows)
+        return True
+
+    def _pool_of(self, table: "Packed") -> Any:
+        return table.strings if isinstance(table.strings, StringPool) and table.strings._rows is self else None
+
+    def _write(self, rows: np.ndarray) -> Any:
+        data = np.ascontiguousarray(rows)
+        view = memoryview(data).cast("B")
+        try:
+            done = 0
+            while done < len(view):  # a short write goes on where it stopped
+                n = os.pwrite(self._fh.fileno(), view[done:], self._size + done)
+                if n <= 0:
+                    raise OSError("no progress writing the scratch file")
+                done += n
+        except (OSError, ValueError):  # no room on the scratch disk: this table stays in memory
+            return rows
+        place = Spilled(self, self._size, data.dtype, len(data))
+        self._size += data.nbytes
+        return place
+
+    def read(self, place: Spilled) -> np.ndarray:
+        size = place.n * place.dtype.itemsize
+        data = os.pread(self._fh.fileno(), size, place.offset) if size else b""
+        if len(data) != size:
+            raise OSError(f"the scratch file of packed rows was cut short ({len(data)} of {size} bytes)")
+        return np.frombuffer(data, dtype=place.dtype)
+
+    def __getstate__(self) -> dict:
+        return {}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__()
 
 
 Strings = Union[tuple, StringPool]
@@ -99,15 +197,29 @@ def _rebuild(schema: Schema, data: bytes, strings: Strings) -> "Packed":
 
 
 class Packed:
-    """One small table: a record array (string columns as int32 codes, −1 for missing) and its strings."""
+    """One small table: a record array (string columns as int32 codes, −1 for missing) and its strings. The
+    rows of a table in a large job's pool lie in the pool's scratch file (:class:`RowStore`): ``rows`` reads
+    them back."""
 
-    __slots__ = ("schema", "rows", "strings")
+    __slots__ = ("schema", "_rows", "strings", "_n", "__weakref__")
 
     def __init__(self, schema: Schema, rows: np.ndarray, strings: Strings):
         self.schema, self.rows, self.strings = schema, rows, strings
 
+    @property
+    def rows(self) -> np.ndarray:
+        r = self._rows
+        return r.read() if isinstance(r, Spilled) else r
+
+    @rows.setter
+    def rows(self, value: Any) -> None:
+        self._rows = value
+        self._n = value.n if isinstance(value, Spilled) else len(value)
+        if isinstance(self.strings if hasattr(self, "strings") else None, StringPool):
+            self.strings._rows.track(self)
+
     def __len__(self) -> int:
-        return len(self.rows)
+        return self._n
 
     def __reduce__(self):
         # a pool travels as itself: one copy in a pickle of many ranks' tables (pickle's memo)
@@ -259,12 +371,22 @@ def concat_columns(parts: Sequence[Optional[Packed]], names: Sequence[str],
     if not isinstance(pool, StringPool) or any(p.schema != schema or p.strings is not pool for p in parts):
         return None
     kinds = {n: k for n, k, _ in schema}
-    out: dict[str, np.ndarray] = {}
-    table = None
     for name in names:
         if name not in kinds:
             raise KeyError(name)
-        col = np.concatenate([p.rows[name] for p in parts]) if len(parts) > 1 else np.array(parts[0].rows[name])
+    dt = _dtype(schema)
+    raw = {name: np.empty(int(lengths(parts).sum()), dtype=dt[name]) for name in names}
+    at = 0
+    for p in parts:  # each table's rows read once (from the scratch file, when they lie there)
+        rows = p.rows
+        for name in names:
+            raw[name][at:at + len(rows)] = rows[name]
+        at += len(rows)
+        del rows
+    out: dict[str, np.ndarray] = {}
+    table = None
+    for name in names:
+        col = raw.pop(name)
         if not kinds[name]:
             out[name] = col
             continue

@@ -135,14 +135,26 @@ def timeline(job: Any, report: dict, step: int, title: str, link: bool = True) -
     return _png(fig)
 
 
+def step_columns(report: dict, column: str) -> Optional[pd.DataFrame]:
+    """rank, step and ``column`` of the report's per-step rows as a three-column table (None without rows or
+    without the column in any row): what a heatmap needs, not a table of every metric of every row."""
+    rows = (report.get("metrics") or {}).get("per_step") or []
+    if not rows or not any(column in r for r in rows):
+        return None
+    n = len(rows)
+    return pd.DataFrame({"rank": np.fromiter((r["rank"] for r in rows), np.int64, n),
+                         "step": np.fromiter((r["step"] for r in rows), np.int64, n),
+                         column: np.fromiter((np.nan if r.get(column) is None else r[column] for r in rows),
+                                             np.float64, n)})
+
+
 def heatmap(report: dict, column: str, title: str, cmap: str = "viridis", relative: bool = False
             ) -> Optional[bytes]:
     """Rank × step heatmap of a per-step metric. ``relative``: colour = % above/below the step's median rank
     (diverging, at least ±10 % so a clean job looks flat); else ms from 0 to the largest value. Every rank is
     drawn; past MAX_RANKS rows only evenly spaced ranks are labelled."""
-    rows = (report.get("metrics") or {}).get("per_step") or []
-    df = pd.DataFrame(rows)
-    if df.empty or column not in df or df[column].isna().all():
+    df = step_columns(report, column)
+    if df is None or df[column].isna().all():
         return None
     piv = df.pivot_table(index="rank", columns="step", values=column, aggfunc="mean") / 1000.0
     n = piv.shape[0]

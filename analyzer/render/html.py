@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import base64
-from typing import Any, Optional
+from typing import Any, Iterable, Iterator, Optional, TextIO
 
 from analyzer.render import sanitize
 
@@ -47,19 +47,33 @@ def _img(png: Optional[bytes], alt: str, caption: str) -> str:
             f"<figcaption>{_e(caption)}</figcaption></figure>")
 
 
-def _table(headers: list[str], rows: list[list[str]], highlight: Optional[set[int]] = None) -> str:
+def _table(headers: list[str], rows: Iterable[list[str]], highlight: Optional[set[int]] = None) -> str:
+    return "".join(_table_pieces(headers, rows, highlight))
+
+
+def _table_pieces(headers: list[str], rows: Iterable[list[str]], highlight: Optional[set[int]] = None
+                  ) -> Iterator[str]:
+    """The table as pieces: its head, then one piece per row (``rows`` may be a generator: a 10,000-rank
+    job's per-step table is never held whole)."""
     head = "".join(f"<th>{_e(h)}</th>" for h in headers)
-    body = []
+    yield f"<table><thead><tr>{head}</tr></thead><tbody>"
     for i, r in enumerate(rows):
         cls = ' class="hl"' if highlight and i in highlight else ""
-        body.append(f"<tr{cls}>" + "".join(f"<td>{_e(c)}</td>" for c in r) + "</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+        yield f"<tr{cls}>" + "".join(f"<td>{_e(c)}</td>" for c in r) + "</tr>"
+    yield "</tbody></table>"
 
 
 def _fold(title: str, inner: str, rows: int, over: int = 16) -> str:
+    return "".join(_fold_pieces(title, iter((inner,)), rows, over))
+
+
+def _fold_pieces(title: str, inner: Iterable[str], rows: int, over: int = 16) -> Iterator[str]:
     if rows <= over:
-        return inner
-    return f"<details><summary>{_e(title)} ({rows} rows)</summary>{inner}</details>"
+        yield from inner
+        return
+    yield f"<details><summary>{_e(title)} ({rows} rows)</summary>"
+    yield from inner
+    yield "</details>"
 
 
 def pick_steps(report: dict) -> tuple[Optional[int], Optional[int]]:
@@ -197,9 +211,14 @@ def _baseline(report: dict) -> str:
 
 
 def _figures(report: dict, job: Any) -> str:
+    return "".join(_figure_pieces(report, job))
+
+
+def _figure_pieces(report: dict, job: Any) -> Iterator[str]:
+    """The figures section, a figure at a time (each one's PNG is let go once written)."""
     from analyzer.render import figures as fg
 
-    out = []
+    out: list[str] = []
     rep, worst = pick_steps(report)
     if job is not None and getattr(job, "traces", None) and rep is not None:
         name = "whole trace" if rep == -1 else f"step {rep}"
@@ -256,7 +275,7 @@ def _figures(report: dict, job: Any) -> str:
             out.append("<h2>Bus bandwidth</h2>")
             out.append(_img(bw, "bus bandwidth per collective size",
                             "Bus bandwidth (nccl-tests factors) per collective size, against nominal link peaks."))
-    return "".join(out)
+    yield from out
 
 
 def _has(report: dict, key: str) -> bool:
@@ -266,23 +285,29 @@ def _has(report: dict, key: str) -> bool:
 
 
 def _tables(report: dict) -> str:
-    out = []
+    return "".join(_table_section_pieces(report))
+
+
+def _table_section_pieces(report: dict) -> Iterator[str]:
+    """The tables: per rank, process groups, collectives, then the per-rank-and-step table a row at a time."""
     rows = (report.get("metrics") or {}).get("per_rank") or []
     cr = report.get("cross_rank") or {}
     strag = (cr.get("stragglers") or {})
     per = {r["rank"]: r for r in strag.get("per_rank") or []}
-    if rows:
+    if rows:  # a row per rank, each made as it is written
         from analyzer.render.text import per_step_mean
-        body = [[str(r["rank"]), ms(r.get("mean_step_time_us")), pct(r.get("comm_share")),
+        body = ([str(r["rank"]), ms(r.get("mean_step_time_us")), pct(r.get("comm_share")),
                  ms(per_step_mean(r, "wait_us")), ms(per_step_mean(r, "transfer_us")),
                  pct(r.get("exposed_comm_share")), pct(r.get("overlap_coverage")), pct(r.get("idle_share")),
-                 pct(per.get(r["rank"], {}).get("pct_last"))] for r in rows]
+                 pct(per.get(r["rank"], {}).get("pct_last"))] for r in rows)
         hl = {i for i, r in enumerate(rows) if r["rank"] == strag.get("straggler")}
-        out.append("<h2>Per rank</h2>" + _fold("per-rank table", _table(
+        yield "<h2>Per rank</h2>"
+        yield from _fold_pieces("per-rank table", _table_pieces(
             ["rank", "mean step ms", "comm share %", "wait ms/step", "transfer ms/step", "exposed comm %",
              "overlap %", "idle %", "last to arrive %"],
             body, hl),
-            len(body)))
+            len(rows))
+    out = []
     groups = cr.get("process_groups") or []
     if groups:
         body = [[g.get("name", ""), group_role(g), num(g.get("size")), ranges(g.get("ranks") or []),
@@ -297,16 +322,17 @@ def _tables(report: dict) -> str:
                 for c in coll]
         out.append("<h2>Collectives (per call)</h2>" + _fold("collectives", _table(
             ["group", "op", "calls", "MB/call", "transfer ms/call", "busbw GB/s", "link"], body), len(body)))
+    yield "".join(out)
     steps = (report.get("metrics") or {}).get("per_step") or []
-    if steps:
-        body = [[str(r["rank"]), "all" if r["step"] == -1 else str(r["step"]), ms(r.get("step_time_us")),
+    if steps:  # one row at a time, straight to the output (one row per rank and step)
+        body = ([str(r["rank"]), "all" if r["step"] == -1 else str(r["step"]), ms(r.get("step_time_us")),
                  ms(r.get("compute_us")), ms(r.get("comm_us")), ms(r.get("exposed_comm_us")),
-                 pct(r.get("overlap_coverage")), pct(r.get("comm_share")), ms(r.get("idle_us"))] for r in steps]
-        out.append("<h2>Per rank and step</h2>" + _fold("per rank and step", _table(
+                 pct(r.get("overlap_coverage")), pct(r.get("comm_share")), ms(r.get("idle_us"))] for r in steps)
+        yield "<h2>Per rank and step</h2>"
+        yield from _fold_pieces("per rank and step", _table_pieces(
             ["rank", "step", "step ms", "compute ms", "comm ms", "exposed ms", "overlap %", "comm share %",
              "idle ms"], body),
-            len(body), over=0))
-    return "".join(out)
+            len(steps), over=0)
 
 
 def _problems(report: dict) -> str:
@@ -329,12 +355,72 @@ def _problems(report: dict) -> str:
 
 def render_html(report: dict, job: Any = None) -> str:
     """The self-contained HTML report; the timelines, wait matrix and bandwidth plot need the loaded ``job``."""
+    return sanitize.guard_ci_lines("".join(html_pieces(report, job)))
+
+
+def write_html(report: dict, job: Any, fh: TextIO) -> int:
+    """Write :func:`render_html`'s document to ``fh`` piece by piece (what ``--format html -o r.html`` does: the
+    per-rank-and-step table of a large job is never held whole, as rows or as text); the same characters.
+    Returns the characters written."""
+    n = 0
+    for piece in guarded_pieces(html_pieces(report, job)):
+        fh.write(piece)
+        n += len(piece)
+    return n
+
+
+def html_pieces(report: dict, job: Any = None) -> Iterator[str]:
+    """The HTML document in pieces whose concatenation is the page (before :func:`sanitize.guard_ci_lines`)."""
     from analyzer.render.about import title as about_title
     title = f"analyze: {about_title(report)}"
-    body = (_header(report) + _about(report) + _findings(report) + _hang(report) + _baseline(report) + _figures(report, job)
-            + _tables(report) + _problems(report))
-    return sanitize.guard_ci_lines("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-            "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; img-src data:; "
-            "style-src 'unsafe-inline'\">"
-            f"<title>{_e(title)}</title><style>{CSS}</style></head><body><main>{body}</main></body></html>\n")
+    yield ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+           "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+           "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; img-src data:; "
+           "style-src 'unsafe-inline'\">"
+           f"<title>{_e(title)}</title><style>{CSS}</style></head><body><main>")
+    yield _header(report) + _about(report) + _findings(report) + _hang(report) + _baseline(report)
+    yield from _figure_pieces(report, job)
+    yield from _table_section_pieces(report)
+    yield _problems(report)
+    yield "</main></body></html>\n"
+
+
+#: the characters str.splitlines ends a line at (what sanitize.guard_ci_lines splits the document at)
+_LINE_ENDS = frozenset("\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")
+
+
+def guarded_pieces(pieces: Iterable[str]) -> Iterator[str]:
+    """``pieces`` with :func:`sanitize.guard_ci_lines` applied as if to their concatenation (the same text),
+    without joining them: a line's start is held back only while it is blanks and at most one ``:`` (it could
+    still become ``::``), and a piece's trailing ``#`` or ``##`` only until the next piece shows whether a
+    ``##[`` goes across."""
+    held, at_start = "", True  # text not yet written; whether ``held`` begins a line whose start is undecided
+    for piece in pieces:
+        if not piece:
+            continue
+        segments = (held + piece).splitlines(keepends=True)
+        held = ""
+        out = []
+        for k, seg in enumerate(segments):
+            starts = at_start if k == 0 else True
+            complete = seg[-1] in _LINE_ENDS
+            if starts:
+                rest = seg.lstrip()
+                if not complete and rest in ("", ":"):  # still blanks (and maybe a ':'): undecided
+                    held, at_start = seg, True
+                    break
+                if rest.startswith("::"):
+                    i = len(seg) - len(rest)
+                    seg = seg[:i] + sanitize.BREAK + seg[i:]
+            if complete:
+                out.append(seg.replace("##[", "#" + sanitize.BREAK + "#[") if "##[" in seg else seg)
+                at_start = True
+                continue
+            keep = 2 if seg.endswith("##") else 1 if seg.endswith("#") else 0
+            body = seg[:len(seg) - keep]
+            out.append(body.replace("##[", "#" + sanitize.BREAK + "#[") if "##[" in body else body)
+            held, at_start = seg[len(seg) - keep:], False
+        if out:
+            yield "".join(out)
+    if held:
+        yield held

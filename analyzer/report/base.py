@@ -103,10 +103,18 @@ def _n_collectives(trace: Any) -> int:
     return n_collectives(trace)
 
 
-def build_report(job: Job) -> dict:
-    """The base report: inputs, ranks, per-step and per-rank metrics, job summary, warnings."""
-    sm = job.step_metrics
+def metrics_section(sm: pd.DataFrame) -> dict:
+    """report.metrics: the per-step rows (one per rank and step) and the per-rank sums, from the step metrics."""
     per_step = sm.drop(columns=["start", "end"]) if not sm.empty else sm
+    return {"per_step": frame_records(per_step), "per_rank": frame_records(rank_summary(sm))}
+
+
+def build_report(job: Job, metrics: bool = True) -> dict:
+    """The base report: inputs, ranks, per-step and per-rank metrics, job summary, warnings. ``metrics=False``
+    leaves report.metrics' rows empty, for the caller to fill in with :func:`metrics_section` when it needs
+    them (run_analysis: after the cross-rank stage, so that the stage's working memory is not held on top of
+    a dict per rank and step)."""
+    sm = job.step_metrics
     files = [clean(vars(f)) for f in job.files]
     summary = clean(job_summary(sm))
     if "mean_step_time_ns" in summary:
@@ -142,10 +150,7 @@ def build_report(job: Job) -> dict:
             "summary": summary,
         },
         "ranks": ranks,
-        "metrics": {
-            "per_step": frame_records(per_step),
-            "per_rank": frame_records(rank_summary(sm)),
-        },
+        "metrics": metrics_section(sm) if metrics else {"per_step": [], "per_rank": []},
         "findings": [],
         "warnings": list(job.warnings),
     }
