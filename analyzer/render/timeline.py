@@ -160,7 +160,9 @@ BINS = 4096
 #: ranks asked at once for JSON text (the parent holds one chunk's answers while it compresses them)
 WRITE_CHUNK = 16
 #: ranks asked at once for counts
-COUNT_CHUNK = 64
+COUNT_CHUNK = 32
+#: member rows (or flows) of a partition made into JSON text at once
+WRITE_ROWS = 8192
 #: member rows fetched at once to assign the collective tracks' lanes
 LANE_ROWS = 1 << 16
 
@@ -434,10 +436,11 @@ def stream_timeline(report: dict, tin: Any, sink: Callable[[bytes], Any],
     del head
     out.dicts(fp)
     _write_ranks(src, pos, out, "steps", t0, sel["steps"])
+    part_rows = [f["n"] for f in facts]
     for what in ("coll", "wait"):
-        for frag in _parts(src, tp.part_write, _part_args(src, {**marg, "t0": t0, "what": what},
-                                                          {"coll": coll, "wait": wait}), one=True):
-            out.events(frag)
+        if (coll if what == "coll" else wait).k:
+            args = _part_args(src, {**marg, "t0": t0, "what": what}, {"coll": coll, "wait": wait})
+            _write_parts(src, out, args, part_rows)
     for c in ("calls", "acts", "hosts"):
         _write_ranks(src, pos, out, c, t0, sel[c])
     fid0, left = 0, n_pairs
@@ -446,9 +449,9 @@ def stream_timeline(report: dict, tin: Any, sink: Callable[[bytes], Any],
         args_f.append((fid0, min(n, left)))
         fid0 += args_f[-1][1]
         left -= args_f[-1][1]
-    for frag in _parts(src, tp.part_write, _part_args(src, {**marg, "t0": t0, "what": "flows"}, {"coll": coll},
-                                                      [{"fid0": a, "n": b} for a, b in args_f]), one=True):
-        out.events(frag)
+    if n_pairs:
+        _write_parts(src, out, _part_args(src, {**marg, "t0": t0, "what": "flows"}, {"coll": coll},
+                                          [{"fid0": a, "n": b} for a, b in args_f]), [b for _, b in args_f])
     fid, left, largs = n_pairs, n_launch, []
     for i, n in enumerate(launch_of):
         k = min(n, left)
@@ -495,6 +498,16 @@ def _parts(src: Any, fn: Any, args: "dict | list", one: bool = False) -> Iterato
             yield from src.ask_parts(fn, args, [i])
     else:
         yield from src.ask_parts(fn, args, list(range(n)))
+
+
+def _write_parts(src: Any, out: _Writer, args: list, sizes: list[int]) -> None:
+    """part_write over each member partition in slices of WRITE_ROWS rows (or flows), one slice at a time."""
+    from analyzer.render import timeline_parts as tp
+    for i, n in enumerate(sizes):
+        for a in range(0, n, WRITE_ROWS):
+            for frag in src.ask_parts(tp.part_write, [{**x, "slice": (a, min(n, a + WRITE_ROWS))} if j == i else x
+                                                      for j, x in enumerate(args)], [i]):
+                out.events(frag)
 
 
 def _part_args(src: Any, base: dict, sels: dict, per_part: Optional[list] = None) -> list:

@@ -351,25 +351,25 @@ def _names_args(m: pd.DataFrame) -> tuple[list, list]:
 
 
 def part_write(part: pd.DataFrame, arg: dict) -> bytes:
-    """The JSON text of the partition's kept collective slices (``what`` "coll"), waits ("wait") or the first
-    ``n`` flows ("flows", ids from ``fid0 + 1``)."""
+    """The JSON text of the partition's kept collective slices (``what`` "coll") or waits ("wait") among its
+    rows ``slice`` [a, b), or of its flows a..b-1 of the first ``n`` ("flows", ids from ``fid0 + 1``). Which are
+    kept is decided over the whole partition; only the slice's events are made (the answer stays small)."""
     m = _kept(part, arg)
     if not len(m):
         return b""
     c = _cols(m, arg)
     t0, what = arg["t0"], arg["what"]
+    a, b = arg.get("slice", (0, len(m)))
     kc = keep_mask(c["end"] - c["start"], arg["coll"])
     if what == "flows":
-        fl = _flows(c, kc)[:arg["n"]]
+        fl = _flows(c, kc)[:arg["n"]][a:b]
         if not fl:
             return b""
-        pg = m["process_group"].astype(str).to_numpy()
-        ops = m["op"].astype(str).to_numpy()
-        seq = m["seq"].to_numpy()
-        p2p = (m["kind"] == "p2p").to_numpy() if "kind" in m else np.zeros(len(m), bool)
         fa, fb = np.array([f[0] for f in fl]), np.array([f[1] for f in fl])
-        fname = [f"send/recv #{int(seq[i])} (group {pg[i]})" if p2p[i] else f"{ops[i]} #{int(seq[i])} (group {pg[i]})"
-                 for i in fa.tolist()]
+        sub = m.iloc[fa]
+        fname = [f"send/recv #{int(q)} (group {g})" if k else f"{o} #{int(q)} (group {g})"
+                 for o, q, g, k in zip(sub["op"].astype(str), sub["seq"], sub["process_group"].astype(str),
+                                       (sub["kind"] == "p2p").to_numpy() if "kind" in sub else np.zeros(len(sub), bool))]
         st, en = c["start"], c["end"]
         us_s = tl._us(np.minimum(st[fb], en[fa]), t0).tolist()
         us_f = tl._us(st[fb], t0).tolist()
@@ -377,28 +377,33 @@ def part_write(part: pd.DataFrame, arg: dict) -> bytes:
         pa, ta, pb, tb = cp[fa].tolist(), ct[fa].tolist(), cp[fb].tolist(), ct[fb].tolist()
         out = []
         for i in range(len(fl)):
-            fid = arg["fid0"] + i + 1
+            fid = arg["fid0"] + a + i + 1
             out.append({"ph": "s", "id": fid, "pid": pa[i], "tid": ta[i], "ts": us_s[i], "name": fname[i],
                         "cat": "collective"})
             out.append({"ph": "f", "bp": "e", "id": fid, "pid": pb[i], "tid": tb[i], "ts": us_f[i],
                         "name": fname[i], "cat": "collective"})
         return _dumps(out)
-    names, args = _names_args(m)
     if what == "coll":
-        if not kc.any():
+        keep = kc[a:b]
+        if not keep.any():
             return b""
-        df = tl._frame(c["pids"], c["tids"], c["start"], c["end"], names, "collective", args)
-        return _dumps(tl._slices(df[kc], t0))
+        names, args = _names_args(m.iloc[a:b])
+        df = tl._frame(c["pids"][a:b], c["tids"][a:b], c["start"][a:b], c["end"][a:b], names, "collective", args)
+        return _dumps(tl._slices(df[keep], t0))
     w = c["w"]
-    if not w.any():
+    wpos = np.flatnonzero(w)
+    ia, ib = int(np.searchsorted(wpos, a)), int(np.searchsorted(wpos, b))
+    if ia >= ib:
         return b""
-    kw = keep_mask(c["wait"][w], arg["wait"])
-    if not kw.any():
+    keep = keep_mask(c["wait"][w], arg["wait"])[ia:ib]
+    if not keep.any():
         return b""
-    df = tl._frame(c["pids"][w], c["wtids"], c["start"][w], c["start"][w] + c["wait"][w],
-                   [f"wait: {n}, last rank {a_['last_rank']}" for n, a_, k in zip(names, args, w) if k],
-                   "wait", [a_ for a_, k in zip(args, w) if k])
-    return _dumps(tl._slices(df[kw], t0))
+    rows = wpos[ia:ib]
+    names, args = _names_args(m.iloc[rows])
+    start, wait = c["start"][rows], c["wait"][rows]
+    df = tl._frame(c["pids"][rows], c["wtids"][ia:ib], start, start + wait,
+                   [f"wait: {n}, last rank {a_['last_rank']}" for n, a_ in zip(names, args)], "wait", args)
+    return _dumps(tl._slices(df[keep], t0))
 
 
 def part_points(part: pd.DataFrame, arg: dict) -> dict:
