@@ -158,7 +158,7 @@ def _clean_args(a: dict) -> dict:
 #: bins per round of the threshold search: a few rounds narrow any int64 ns range to one value
 BINS = 4096
 #: ranks asked at once for JSON text (the parent holds one chunk's answers while it compresses them)
-WRITE_CHUNK = 16
+WRITE_CHUNK = 8
 #: ranks asked at once for counts
 COUNT_CHUNK = 32
 #: member rows (or flows) of a partition made into JSON text at once
@@ -180,6 +180,8 @@ class Sel:
         self.found = self.k >= self.n or self.k == 0
         if not self.found:
             self.lo, self.hi, self.above = int(rng[0]), int(rng[1]) + 1, 0
+            if self.hi - self.lo == 1:  # one duration: it is the threshold
+                self.dstar, self.found = self.lo, True
 
     @property
     def partial(self) -> bool:

@@ -254,6 +254,19 @@ def _tracks(m: pd.DataFrame) -> list[str]:
             zip(m["process_group"].astype(str), p2p, m["src"].fillna(-1), m["dst"].fillna(-1))]
 
 
+def _track_tids(m: pd.DataFrame, gtid: dict) -> np.ndarray:
+    """Each row's track tid (gtid of its _tracks name), the group's name looked up once per group."""
+    p2p = (m["kind"] == "p2p").to_numpy() if "kind" in m else np.zeros(len(m), bool)
+    codes, uniq = pd.factorize(m["process_group"])
+    if (codes < 0).any():  # a missing group: named as astype(str) names it, row by row
+        return np.array([gtid[g] for g in _tracks(m)], dtype=np.int64)
+    by_group = np.array([gtid.get(str(g), -1) for g in uniq], dtype=np.int64)
+    tids = by_group[codes] if len(m) else np.zeros(0, np.int64)
+    if p2p.any():
+        tids[p2p] = [gtid[g] for g in _tracks(m[p2p])]
+    return tids
+
+
 def part_counts(part: pd.DataFrame, arg: dict) -> dict:
     """{rank: member rows} of the partition."""
     m = member_view(part, arg.get("inst"))
@@ -270,8 +283,7 @@ def _cols(m: pd.DataFrame, arg: dict) -> dict:
     out = {"start": start, "end": end, "wait": wait, "w": wait > 0, "pids": pids,
            "iid": m["instance"].to_numpy(dtype=np.int64)}
     if "gtid" in arg:
-        track = _tracks(m)
-        tids = np.array([arg["gtid"][g] for g in track], dtype=np.int64)
+        tids = _track_tids(m, arg["gtid"])
         lanes = arg.get("lanes") or {}
         wlanes = arg.get("wlanes") or {}
         lane = np.array([lanes.get(k, 0) for k in zip(out["iid"].tolist(), pids.tolist())], dtype=np.int64) \
