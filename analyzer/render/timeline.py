@@ -3,17 +3,25 @@
 Each rank is a process: its CPU thread (ProfilerStep windows and collective calls), one thread per GPU stream,
 one track per process group with its collective instances, and a "waits" track; flow arrows join each
 collective instance across its ranks in arrival order; findings are instant events on the ranks and times they
-name. Reads only the report and the report stage's TimelineInput (analyzer/report/views.py). Past
-``max_events`` the shortest kernels are left out, then ranks are sampled; ``otherData`` says what was left out.
-Format: the Chrome Trace Event Format (JSON object form: traceEvents, displayTimeUnit, otherData).
+name. Reads only the report and what the report stage hands over (analyzer/report/views.py): a TimelineSource
+(each rank's events kept where the rank was read, the member table in its partitions) or a TimelineInput held
+here. Past ``max_events`` the shortest events of each class are left out, then ranks are sampled; ``otherData``
+says what was left out. Format: the Chrome Trace Event Format (JSON object form: traceEvents, displayTimeUnit,
+otherData).
+
+Streamed (docs/performance.md): the plan (which ranks, which events of each class, which tracks) is made from
+small answers the ranks' sides and the member partitions give (timeline_parts.py: counts, duration histograms,
+thread names), then each class is written one chunk of ranks or one slice of a partition at a time into one
+gzip stream; this process holds a few numbers per rank, never every event. The file is the one a single sort
+of every event would make: the same events, order and bytes.
 """
 from __future__ import annotations
 
 import functools
-from collections import defaultdict
 import io
 import os
 import zlib
+from collections import defaultdict
 from typing import Any, Callable, Iterator, Optional
 
 import numpy as np
@@ -125,17 +133,6 @@ def _nest(df: pd.DataFrame, threads: dict) -> None:
     for (p_, t_, k) in {(int(a), int(b), int(c)) for a, b, c in zip(pid, tid, lane) if c}:
         base_name, sort = threads.get((p_, t_), (f"thread {t_}", t_))
         threads[(p_, t_ + k * LANE)] = (f"{base_name} (overlapping, {k + 1})", sort)
-
-
-def _take_longest(durs: np.ndarray, room: int) -> np.ndarray:
-    """Boolean mask of the ``room`` longest entries (ties by position), all when they fit."""
-    n = len(durs)
-    keep = np.zeros(n, dtype=bool)
-    if room >= n:
-        keep[:] = True
-    elif room > 0:
-        keep[np.argsort(-durs, kind="stable")[:room]] = True
-    return keep
 
 
 def _frame(pid, tid, start, end, name, cat, args=None) -> pd.DataFrame:
@@ -686,10 +683,14 @@ def write_timeline(path: "str | os.PathLike[str]", report: dict, tin: Any,
     """Write the trace to ``path`` (gzip when it ends in .gz), streamed; returns its otherData metadata."""
     p = os.fspath(path)
     with open(p, "wb") as fh:
-        if p.endswith(".gz"):
-            z = _GzipSink(fh)
-            other = stream_timeline(report, tin, z.write, max_events)
-            z.close()
-        else:
-            other = stream_timeline(report, tin, fh.write, max_events)
+        try:
+            if p.endswith(".gz"):
+                z = _GzipSink(fh)
+                other = stream_timeline(report, tin, z.write, max_events)
+                z.close()
+            else:
+                other = stream_timeline(report, tin, fh.write, max_events)
+        except BaseException:
+            fh.truncate(0)  # never a partial document a viewer (or a CI step) could take for the timeline
+            raise
     return other

@@ -108,13 +108,17 @@ def prepare_rank(r: Any, want_steps: bool = False) -> tuple[dict, dict]:
         tl._nest(frames[c], threads)
     light: dict[str, dict] = {}
     blob: dict[str, bytes] = {}
-    summary: dict[str, Any] = {"rank": pid, "n": {}, "range": {}, "n_cpu_comm": int(len(cc)), "n_steps": int(len(r.steps)),
+    step_starts: dict[int, int] = {}
+    if want_steps:  # the rank a finding names: where each of its steps starts (the first row of a step number)
+        for s, t in zip(r.steps["step"].tolist(), r.steps["start"].tolist()):
+            step_starts.setdefault(int(s), int(t))
+    summary: dict[str, Any] = {"rank": pid, "n": {}, "range": {}, "n_cpu_comm": int(len(cc)),
+                               "n_steps": int(len(r.steps)),
                                "label": f"rank {pid}" + (f" ({r.host})" if r.host else ""),
                                "threads": {t: v for (_, t), v in threads.items()},
                                "act_min": int(a["start"].min()) if len(a) else None,
                                "step_min": int(r.steps["start"].min()) if len(r.steps) else None,
-                               "step_starts": ({int(s): int(t) for s, t in zip(r.steps["step"], r.steps["start"])}
-                                               if want_steps and len(r.steps) else {})}
+                               "step_starts": step_starts}
     for c, df in frames.items():
         if not len(df):
             summary["n"][c] = 0
@@ -379,9 +383,9 @@ def part_write(part: pd.DataFrame, arg: dict) -> bytes:
             return b""
         fa, fb = np.array([f[0] for f in fl]), np.array([f[1] for f in fl])
         sub = m.iloc[fa]
+        p2p = (sub["kind"] == "p2p").to_numpy() if "kind" in sub else np.zeros(len(sub), bool)
         fname = [f"send/recv #{int(q)} (group {g})" if k else f"{o} #{int(q)} (group {g})"
-                 for o, q, g, k in zip(sub["op"].astype(str), sub["seq"], sub["process_group"].astype(str),
-                                       (sub["kind"] == "p2p").to_numpy() if "kind" in sub else np.zeros(len(sub), bool))]
+                 for o, q, g, k in zip(sub["op"].astype(str), sub["seq"], sub["process_group"].astype(str), p2p)]
         st, en = c["start"], c["end"]
         us_s = tl._us(np.minimum(st[fb], en[fa]), t0).tolist()
         us_f = tl._us(st[fb], t0).tolist()

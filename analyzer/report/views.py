@@ -318,5 +318,6 @@ def findings_frame(report: dict) -> pd.DataFrame:
 
 
 __all__ = ["steps_frame", "collectives_frame", "ranks_frame", "groups_frame", "kernels_frame", "idle_frame",
-           "timeline_input", "timeline_source", "TimelineInput", "TimelineSource", "RankEvents", "offsets_ns", "findings_frame"]
+           "timeline_input", "timeline_source", "TimelineInput", "TimelineSource", "RankEvents", "offsets_ns",
+           "findings_frame"]
 
