@@ -152,6 +152,28 @@ def test_hand_built_collectives_flow_in_arrival_order_and_thin_to_exact_counts()
     assert violations(two) == []
 
 
+def _one_rank_many_collectives() -> TimelineInput:
+    """One rank, 12 single-member allreduces of 5, 3, 3, 3, 1, 1, 1, 1, 2, 2, 3, 5 µs, each waiting 1 µs."""
+    tin = TimelineInput(True, "ok", [_rank(0, [("k", 0, 100)], (0, 200_000))])
+    durs = [5, 3, 3, 3, 1, 1, 1, 1, 2, 2, 3, 5]
+    tin.members = _members([(i, 0, 10_000 * i, 10_000 * i + 1000 * d, 1000) for i, d in enumerate(durs)])
+    return tin
+
+
+def test_collectives_are_thinned_to_the_longest_ties_by_position():
+    d = tl.build_timeline(REPORT, _one_rank_many_collectives(), max_events=20)
+    # 20 events: 2 process, 10 track (CPU, steps, stream, group 0, waits) budgeted, a note: room for the step and 6
+    coll = [e["args"]["seq"] for e in d["traceEvents"] if e["ph"] == "X" and e["cat"] == "collective"]
+    assert coll == [0, 1, 2, 3, 10, 11]  # the two of 5 µs and the four of 3 µs
+    o = d["otherData"]
+    assert "6 collectives left out (the shortest)" in o["thinned"] and "12 waits left out" in o["thinned"]
+    assert not [e for e in d["traceEvents"] if e["ph"] == "X" and e["cat"] in ("wait", "compute")]
+    d = tl.build_timeline(REPORT, _one_rank_many_collectives(), max_events=24)
+    assert len([e for e in d["traceEvents"] if e["ph"] == "X" and e["cat"] == "collective"]) == 10
+    assert [e["args"]["seq"] for e in d["traceEvents"] if e["ph"] == "X" and e["cat"] == "collective"] == \
+        [0, 1, 2, 3, 4, 5, 8, 9, 10, 11]  # the 1 µs ties: the first two (4, 5) of four
+
+
 class _Pieces(tl.TimelineTables):
     """The in-memory tables asked as an engine would ask them: the member table in partitions of whole
     instances, every side through a pickle."""
@@ -185,12 +207,13 @@ def _bytes(tin, limit) -> bytes:
     return buf.getvalue()
 
 
-CASES = [(_two_ranks, [1, 49, 50, 57]), (_three_with_collectives, [40, 100, 107])]
+CASES = [(_two_ranks, [49, 50, 57]), (_three_with_collectives, [100, 107]), (_one_rank_many_collectives, [20, 24])]
 
 
+@pytest.mark.slow  # ~40 passes over a few ranks, one piece at a time
 def test_pieces_give_the_same_bytes(monkeypatch):
     whole = {(make, lim): _bytes(make(), lim) for make, lims in CASES for lim in lims}
-    _small_pieces(monkeypatch)
+    _small_pieces(monkeypatch, BINS=3)
     for (make, lim), want in whole.items():
         got = _bytes(_Pieces(make(), 1), lim)
         assert got == want, (make.__name__, lim)
