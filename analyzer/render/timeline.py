@@ -291,9 +291,16 @@ def stream_timeline(report: dict, tin: Any, sink: Callable[[bytes], Any],
     duration histograms, thread names) and each class of events is written one chunk of ranks (or one member
     partition) at a time, so this process holds a few numbers per rank, never every event.
     """
-    from analyzer.render import timeline_parts as tp
     src = _as_source(tin)
-    max_events = max(1, int(max_events))
+    try:
+        return _stream(report, src, sink, max(1, int(max_events)))
+    finally:
+        if hasattr(src, "close"):
+            src.close()  # the ranks' sides are made again for the next timeline
+
+
+def _stream(report: dict, src: Any, sink: Callable[[bytes], Any], max_events: int) -> dict:
+    from analyzer.render import timeline_parts as tp
     findings = report.get("findings") or []
     all_ranks = src.rank_ids()
     n_all = len(all_ranks)

@@ -7,6 +7,7 @@ the cross-rank stage directly.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -274,6 +275,17 @@ class TimelineSource:
         if self._local is not None:
             return [fn(self._local[i], a) for i, a in zip(positions, args)]
         return self.job.engine.query(fn, [self._handles[i] for i in positions], args)
+
+    def close(self) -> None:
+        """Drop the ranks' sides (the pool's pickles are removed; Dask releases its futures with the handles):
+        a timeline's sides are as large as the traces' events, and the engine keeps the analysis open."""
+        for h in self._handles:
+            if isinstance(h, str) and os.path.basename(h).endswith(".pkl"):
+                try:
+                    os.remove(h)
+                except OSError:
+                    pass
+        self._handles, self._local = [], None
 
     @property
     def n_parts(self) -> int:
