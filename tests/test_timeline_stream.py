@@ -225,7 +225,7 @@ def test_pieces_give_the_same_bytes(monkeypatch):
 def test_a_fixture_in_pieces_gives_the_same_bytes(monkeypatch):
     a = analyzer.load(ROOT / "fixtures/sim/tp_pp_dp_1f1b_straggler", jobs=1)
     tin = a.timeline_input()
-    whole = {lim: _bytes(tin, lim) for lim in (600, 3000)}
+    whole = {3000: _bytes(tin, 3000)}  # 7 of 16 ranks drawn, CPU ops thinned
     assert _bytes(a.timeline_source(), 3000) == whole[3000]  # what the CLI streams from: the same file
     _small_pieces(monkeypatch, BINS=16, WRITE_CHUNK=3, COUNT_CHUNK=5, WRITE_ROWS=50, LANE_ROWS=200)
     for lim, want in whole.items():
