@@ -210,7 +210,6 @@ def _bytes(tin, limit) -> bytes:
 CASES = [(_two_ranks, [49, 50, 57]), (_three_with_collectives, [100, 107]), (_one_rank_many_collectives, [20, 24])]
 
 
-@pytest.mark.slow  # ~40 passes over a few ranks, one piece at a time
 def test_pieces_give_the_same_bytes(monkeypatch):
     whole = {(make, lim): _bytes(make(), lim) for make, lims in CASES for lim in lims}
     _small_pieces(monkeypatch, BINS=3)
