@@ -124,11 +124,16 @@ class Analysis:
         from analyzer.report.views import timeline_input
         return self._get("timeline_input", lambda: timeline_input(self.job, self.report))
 
+    def timeline_source(self):
+        """What write_timeline streams from: each rank's events kept where it was read (views.TimelineSource)."""
+        from analyzer.report.views import timeline_source
+        return timeline_source(self.job, self.report)
+
     def write_timeline(self, path: PathLike, max_events: Optional[int] = None) -> dict:
-        """Write one Chrome/Perfetto trace of every rank on the aligned clock (``.gz`` compresses); returns
-        its metadata (event counts, what was thinned)."""
+        """Write one Chrome/Perfetto trace of every rank on the aligned clock (``.gz`` compresses), streamed
+        rank by rank; returns its metadata (event counts, what was thinned)."""
         from analyzer.render.timeline import DEFAULT_MAX_EVENTS, write_timeline
-        return write_timeline(path, self.report, self.timeline_input(),
+        return write_timeline(path, self.report, self.timeline_source(),
                               DEFAULT_MAX_EVENTS if max_events is None else max_events)
 
     def close(self) -> None:

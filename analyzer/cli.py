@@ -409,9 +409,9 @@ def _write_timeline(analysis: Any, args: argparse.Namespace, out: _Stdout) -> in
     limit = args.timeline_max_events or DEFAULT_MAX_EVENTS
     try:
         if args.timeline == "-":
-            out.write(timeline_json(analysis.report, analysis.timeline_input(), limit)[0])
+            out.write(timeline_json(analysis.report, analysis.timeline_source(), limit)[0])
             return 0
-        meta = write_timeline(args.timeline, analysis.report, analysis.timeline_input(), limit)
+        meta = write_timeline(args.timeline, analysis.report, analysis.timeline_source(), limit)
     except OSError as exc:
         print(f"analyze: error: cannot write {args.timeline}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -68,7 +68,7 @@ def write_output(a, output: str) -> int:
         if output == "timeline":  # `analyze --timeline t.json.gz`
             from analyzer.render.timeline import DEFAULT_MAX_EVENTS, write_timeline
             path = os.path.join(tmp, "t.json.gz")
-            write_timeline(path, a.report, a.timeline_input(), DEFAULT_MAX_EVENTS)
+            write_timeline(path, a.report, a.timeline_source(), DEFAULT_MAX_EVENTS)  # streamed, as the CLI does
             return os.path.getsize(path)
         if output == "html":  # `analyze --format html --output r.html`: written a piece at a time
             from analyzer.render.html import write_html

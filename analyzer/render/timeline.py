@@ -3,16 +3,26 @@
 Each rank is a process: its CPU thread (ProfilerStep windows and collective calls), one thread per GPU stream,
 one track per process group with its collective instances, and a "waits" track; flow arrows join each
 collective instance across its ranks in arrival order; findings are instant events on the ranks and times they
-name. Reads only the report and the report stage's TimelineInput (analyzer/report/views.py). Past
-``max_events`` the shortest kernels are left out, then ranks are sampled; ``otherData`` says what was left out.
-Format: the Chrome Trace Event Format (JSON object form: traceEvents, displayTimeUnit, otherData).
+name. Reads only the report and what the report stage hands over (analyzer/report/views.py): a TimelineSource
+(each rank's events kept where the rank was read, the member table in its partitions) or a TimelineInput held
+here. Past ``max_events`` the shortest events of each class are left out, then ranks are sampled; ``otherData``
+says what was left out. Format: the Chrome Trace Event Format (JSON object form: traceEvents, displayTimeUnit,
+otherData).
+
+Streamed (docs/performance.md): the plan (which ranks, which events of each class, which tracks) is made from
+small answers the ranks' sides and the member partitions give (timeline_parts.py: counts, duration histograms,
+thread names), then each class is written one chunk of ranks or one slice of a partition at a time into one
+gzip stream; this process holds a few numbers per rank, never every event. The file is the one a single sort
+of every event would make: the same events, order and bytes.
 """
 from __future__ import annotations
 
 import functools
-import gzip
+import io
 import os
-from typing import Any, Optional
+import zlib
+from collections import defaultdict
+from typing import Any, Callable, Iterator, Optional
 
 import numpy as np
 import orjson
@@ -67,12 +77,6 @@ def _slices(df: pd.DataFrame, t0: int) -> list[dict]:
     return recs
 
 
-def _origin(tin: Any) -> int:
-    starts = [int(r.activity["start"].min()) for r in tin.ranks if len(r.activity)]
-    starts += [int(r.steps["start"].min()) for r in tin.ranks if len(r.steps)]
-    return min(starts) if starts else 0
-
-
 def _sample_ranks(ranks: list[int], keep: int, must: list[int]) -> list[int]:
     """``keep`` ranks: those the findings name first (worst finding first), then evenly spaced ones."""
     have = set(ranks)
@@ -84,48 +88,6 @@ def _sample_ranks(ranks: list[int], keep: int, must: list[int]) -> list[int]:
         chosen += [rest[i] for i in idx]
     return sorted(chosen)
 
-
-def _finding_points(report: dict, tin: Any, t0: int) -> list[dict]:
-    """Instant events for the findings, on the ranks (process scope) and the time each finding names."""
-    by_rank = {r.rank: r for r in tin.ranks}
-    m = tin.members
-    out = []
-    for i, f in enumerate(report.get("findings") or [], 1):
-        s = f.get("subject") or {}
-        ranks = [int(r) for r in s.get("ranks") or [] if int(r) in by_rank]
-        args = {"rank_in_report": i, "id": f.get("id"), "severity": f.get("severity"),
-                "title": _name(f.get("title")), "evidence": [_name(e.get("text") if isinstance(e, dict) else e)
-                                                              for e in (f.get("evidence") or [])[:4]],
-                "explains": [f"{c.get('id')}: {_name(c.get('title'))}" for c in f.get("consequences") or []],
-                "fix": _name(f.get("fix") or "")}
-        name = f"{str(f.get('severity', '')).upper()} {f.get('id')}: {_name(f.get('title'))}"
-        if not ranks:
-            ts = t0
-            first = [int(r.steps["start"].min()) for r in tin.ranks if len(r.steps)]
-            if first:
-                ts = min(first)
-            pid0 = tin.ranks[0].rank if tin.ranks else 0  # a process that exists (rank 0 may not be drawn)
-            out.append({"ph": "i", "s": "g", "pid": pid0, "tid": TID_CPU, "ts": float(_us([ts], t0)[0]),
-                        "name": name, "cat": "finding", "args": args})
-            continue
-        for r in ranks:
-            ts = None
-            if s.get("seq") is not None and s.get("process_group") is not None and len(m):
-                hit = m[(m["rank"] == r) & (m["process_group"].astype(str) == str(s["process_group"]))
-                        & (m["seq"] == int(s["seq"]))]
-                if len(hit):
-                    ts = int(hit["start_ns"].iloc[0])
-            st = by_rank[r].steps
-            if ts is None and s.get("step") is not None and len(st):
-                row = st[st["step"] == int(s["step"])]
-                if len(row):
-                    ts = int(row["start"].iloc[0])
-            if ts is None:
-                ts = int(st["start"].min()) if len(st) else (int(by_rank[r].activity["start"].min())
-                                                             if len(by_rank[r].activity) else t0)
-            out.append({"ph": "i", "s": "p", "pid": r, "tid": TID_CPU, "ts": float(_us([ts], t0)[0]),
-                        "name": name, "cat": "finding", "args": args})
-    return out
 
 
 def _lanes(keys: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
@@ -173,17 +135,6 @@ def _nest(df: pd.DataFrame, threads: dict) -> None:
         threads[(p_, t_ + k * LANE)] = (f"{base_name} (overlapping, {k + 1})", sort)
 
 
-def _take_longest(durs: np.ndarray, room: int) -> np.ndarray:
-    """Boolean mask of the ``room`` longest entries (ties by position), all when they fit."""
-    n = len(durs)
-    keep = np.zeros(n, dtype=bool)
-    if room >= n:
-        keep[:] = True
-    elif room > 0:
-        keep[np.argsort(-durs, kind="stable")[:room]] = True
-    return keep
-
-
 def _frame(pid, tid, start, end, name, cat, args=None) -> pd.DataFrame:
     df = pd.DataFrame({"pid": np.asarray(pid, dtype=np.int64) if np.ndim(pid) else pid,
                        "tid": np.asarray(tid, dtype=np.int64) if np.ndim(tid) else tid,
@@ -199,156 +150,210 @@ def _clean_args(a: dict) -> dict:
     return {k: (v if isinstance(v, (int, float, bool)) else _text(str(v))) for k, v in a.items()}
 
 
-def build_timeline(report: dict, tin: Any, max_events: int = DEFAULT_MAX_EVENTS) -> dict:
-    """The trace document as a dict (``traceEvents``, ``displayTimeUnit``, ``otherData``), at most ``max_events``
-    events in all (metadata included).
+# ---- choosing the k longest of a class across ranks (or member partitions) from counts
+
+#: bins per round of the threshold search: a few rounds narrow any int64 ns range to one value
+BINS = 4096
+#: ranks asked at once for JSON text (the parent holds one chunk's answers while it compresses them)
+WRITE_CHUNK = 8
+#: ranks asked at once for counts
+COUNT_CHUNK = 32
+#: member rows (or flows) of a partition made into JSON text at once
+WRITE_ROWS = 8192
+#: member rows fetched at once to assign the collective tracks' lanes
+LANE_ROWS = 1 << 16
+
+
+class Sel:
+    """Which ``k`` of a class's ``n`` candidates are kept: the longest, ties by position (the first ranks', then
+    the first rows'), as a stable sort of every duration would pick them. Found from per-chunk histograms of
+    ever narrower windows (:meth:`window`, :meth:`feed`), then per-chunk counts of the threshold (:meth:`ties`).
+    """
+
+    def __init__(self, n: int, k: int, rng: Optional[tuple[int, int]]):
+        self.n, self.k = int(n), max(0, min(int(k), int(n)))
+        self.dstar: Optional[int] = None
+        self.quota: list[int] = []
+        self.found = self.k >= self.n or self.k == 0
+        if not self.found:
+            self.lo, self.hi, self.above = int(rng[0]), int(rng[1]) + 1, 0
+            if self.hi - self.lo == 1:  # one duration: it is the threshold
+                self.dstar, self.found = self.lo, True
+
+    @property
+    def partial(self) -> bool:
+        return 0 < self.k < self.n
+
+    def window(self) -> tuple[int, int, int, int]:
+        nb = min(BINS, self.hi - self.lo)
+        return self.lo, self.hi, -(-(self.hi - self.lo) // nb), nb
+
+    def feed(self, counts: np.ndarray) -> None:
+        """Narrow the window to the bin that holds the k-th longest."""
+        lo, hi, w, nb = self.window()
+        top = counts[::-1].cumsum() + self.above
+        jr = int(np.searchsorted(top, self.k))  # first bin (from the top) where k are reached
+        j = nb - 1 - jr
+        self.above = int(top[jr] - counts[j])
+        self.lo, self.hi = lo + j * w, min(lo + (j + 1) * w, hi)
+        if self.hi - self.lo == 1:
+            self.dstar, self.found = self.lo, True
+
+    def ties(self, eq: list[int]) -> None:
+        """Per chunk (in order), how many of its events of exactly the threshold are kept."""
+        need = self.k - self.above
+        for e in eq:
+            q = min(int(e), need)
+            self.quota.append(q)
+            need -= q
+
+    def spec(self, i: int) -> Any:
+        """The selection for chunk ``i`` (timeline_parts.keep_mask)."""
+        if self.k >= self.n:
+            return None
+        if self.k == 0:
+            return False
+        return (self.dstar, self.quota[i])
+
+    @property
+    def shortest_kept(self) -> Optional[int]:
+        return self.dstar if self.partial else None
+
+
+class TimelineTables:
+    """A TimelineInput held in this process (views.timeline_input: every rank's events, the member table),
+    asked the questions the writer asks a job's engine (views.TimelineSource) in the same way."""
+
+    def __init__(self, tin: Any):
+        self.tin = tin
+        self.aligned, self.alignment_status = tin.aligned, tin.alignment_status
+        self._sides: list = []
+
+    def rank_ids(self) -> list[int]:
+        return [r.rank for r in self.tin.ranks]
+
+    def prepare(self, want: set) -> list[dict]:
+        from analyzer.render.timeline_parts import prepare_rank
+        out = [prepare_rank(r, r.rank in want) for r in self.tin.ranks]
+        self._sides = [s for _, s in out]
+        return [c for c, _ in out]
+
+    def ask(self, fn: Any, positions: list[int], args: list) -> list:
+        return [fn(self._sides[i], a) for i, a in zip(positions, args)]
+
+    @property
+    def n_parts(self) -> int:
+        m = self.tin.members
+        return 1 if m is not None and len(m) else 0
+
+    def ask_parts(self, fn: Any, args: list, which: list[int]) -> list:
+        return [fn(self.tin.members, args[i]) for i in which]
+
+
+def _as_source(tin: Any) -> Any:
+    return tin if hasattr(tin, "ask_parts") else TimelineTables(tin)
+
+
+def _sum(dicts: "list[dict] | Any", into: dict) -> None:
+    for d in dicts:
+        for k, v in d.items():
+            into[k] = into[k] + v if k in into else v
+
+
+class _Writer:
+    """The document's bytes into ``sink``, events separated by commas as they come."""
+
+    def __init__(self, sink: Callable[[bytes], Any]):
+        self.sink, self.first = sink, True
+
+    def events(self, frag: bytes) -> None:
+        if frag:
+            self.sink(frag if self.first else b"," + frag)
+            self.first = False
+
+    def dicts(self, evs: list[dict]) -> None:
+        if evs:
+            self.events(orjson.dumps(evs, option=orjson.OPT_SERIALIZE_NUMPY)[1:-1])
+
+
+def stream_timeline(report: dict, tin: Any, sink: Callable[[bytes], Any],
+                    max_events: int = DEFAULT_MAX_EVENTS) -> dict:
+    """Write the trace document (``traceEvents``, ``displayTimeUnit``, ``otherData``) to ``sink`` as bytes, at
+    most ``max_events`` events in all (metadata included); returns its otherData.
 
     What is kept first, in order: the ranks' processes and tracks, findings, step windows, collective slices and
     the flows joining their ranks, waits, collective calls; then GPU activity (longest first), CPU ops and runtime
     calls (longest first), and the launch arrows from a runtime call to its kernel. Too many ranks for the first
     group: ranks are sampled (those the findings name first).
+
+    ``tin`` is a views.TimelineSource (each rank's events stay where the rank was read, the member table in its
+    partitions) or a views.TimelineInput held here. Either way the plan is made from small answers (counts,
+    duration histograms, thread names) and each class of events is written one chunk of ranks (or one member
+    partition) at a time, so this process holds a few numbers per rank, never every event.
     """
-    max_events = max(1, int(max_events))
-    t0 = _origin(tin)
-    m = tin.members if tin.members is not None else pd.DataFrame()
-    all_ranks = [r.rank for r in tin.ranks]
-    named = [int(x) for f in report.get("findings") or [] for x in (f.get("subject") or {}).get("ranks") or []
-             if len((f.get("subject") or {}).get("ranks") or []) < len(tin.ranks)]  # findings about a few ranks
-    members_of = m["rank"].value_counts().to_dict() if len(m) else {}
-    per_rank_fixed = {r.rank: len(r.steps) + len(r.cpu_comm) + 24 + 4 * members_of.get(r.rank, 0)
-                      for r in tin.ranks}
-    fixed = sum(per_rank_fixed.values())
+    src = _as_source(tin)
+    try:
+        return _stream(report, src, sink, max(1, int(max_events)))
+    finally:
+        if hasattr(src, "close"):
+            src.close()  # the ranks' sides are made again for the next timeline
+
+
+def _stream(report: dict, src: Any, sink: Callable[[bytes], Any], max_events: int) -> dict:
+    from analyzer.render import timeline_parts as tp
+    findings = report.get("findings") or []
+    all_ranks = src.rank_ids()
+    n_all = len(all_ranks)
+    named = [int(x) for f in findings for x in (f.get("subject") or {}).get("ranks") or []
+             if len((f.get("subject") or {}).get("ranks") or []) < n_all]  # findings about a few ranks
+    want = {int(x) for f in findings for x in (f.get("subject") or {}).get("ranks") or []}
+    sums = src.prepare(want)
+    starts = [s["act_min"] for s in sums if s["act_min"] is not None]
+    starts += [s["step_min"] for s in sums if s["step_min"] is not None]
+    t0 = min(starts) if starts else 0
+    members_of: dict[int, int] = {}
+    _sum(_parts(src, tp.part_counts, {}), members_of)
+    per_rank_fixed = [s["n_steps"] + s["n_cpu_comm"] + 24 + 4 * members_of.get(s["rank"], 0) for s in sums]
+    fixed = sum(per_rank_fixed)
     kept_ranks = all_ranks
     notes = []
     if fixed > max_events and all_ranks:
-        per = max(1, fixed // max(1, len(all_ranks)))
-        keep = max(1, min(len(all_ranks), max_events // per))
+        per = max(1, fixed // max(1, n_all))
+        keep = max(1, min(n_all, max_events // per))
         kept_ranks = _sample_ranks(all_ranks, keep, named)
-        notes.append(f"{len(kept_ranks)} of {len(all_ranks)} ranks drawn (those the findings name, then evenly "
+        notes.append(f"{len(kept_ranks)} of {n_all} ranks drawn (those the findings name, then evenly "
                      "spaced): the others left out to stay under the event limit")
     kept = set(kept_ranks)
-    ranks = [r for r in tin.ranks if r.rank in kept]
-    if len(m):
-        m = m[m["rank"].isin(kept)].reset_index(drop=True)
+    pos = [i for i, s in enumerate(sums) if s["rank"] in kept]  # the kept ranks' sides, in the source's order
+    ranks = [sums[i] for i in pos]
+    del sums
+    kept_list = sorted(kept)
 
-    # ---- the candidate events of every class, as frames (ns times), before any is turned into a dict
-    meta: list[dict] = []
-    threads: dict[tuple[int, int], tuple[str, int]] = {}  # (pid, tid) -> (name, sort index); emitted when used
-    steps, calls, acts, hosts = [], [], [], []
-    act_args: list[list] = []
-    for r in ranks:
-        pid = r.rank
-        label = f"rank {pid}" + (f" ({r.host})" if r.host else "")
-        meta += [_meta(pid, None, "process_name", label), _meta(pid, None, "process_sort_index", pid)]
-        a = r.activity
-        launch_tids = a.loc[a["launch_tid"] >= 0, "launch_tid"] if len(a) else pd.Series([], dtype=np.int64)
-        main_tid = int(launch_tids.mode().iloc[0]) if len(launch_tids) else None
-        cpu_label = ("CPU thread " + str(main_tid) + " (launches the GPU work): collective calls") \
-            if main_tid is not None else ("CPU (training thread): collective calls" if r.device_type == "cpu"
-                                          else "CPU: collective calls")
-        threads[(pid, TID_CPU)] = (cpu_label, 1)
-        threads[(pid, TID_STEPS)] = ("ProfilerStep windows", 0)
-        if len(r.steps):
-            steps.append(_frame(pid, TID_STEPS, r.steps["start"], r.steps["end"],
-                                ["ProfilerStep#" + str(int(s)) for s in r.steps["step"]], "step"))
-        cc = r.cpu_comm
-        if len(cc):
-            on_main = cc if main_tid is None else cc[cc["tid"] == main_tid]
-            if len(on_main):
-                calls.append(_frame(pid, TID_CPU, on_main["start"], on_main["end"],
-                                    [_name(x) for x in on_main["name"]], "cpu_collective"))
-        if len(a):
-            streams = sorted(set(int(s) for s in a["stream"].unique()))
-            tid_of = {s: TID_STREAM0 + i for i, s in enumerate(streams)}
-            what = "GPU stream" if r.device_type != "cpu" else "CPU thread"
-            for s_, tid in tid_of.items():
-                threads[(pid, tid)] = (f"{what} {s_}", tid)
-            acts.append(_frame(pid, a["stream"].map(tid_of).to_numpy(), a["start"], a["end"],
-                               [_name(x) for x in a["name"]], a["kind"].to_numpy()))
-            ka = r.kernel_args or {}
-            act_args.append([_clean_args(ka[c]) if c in ka else None for c in a["correlation"].to_numpy().tolist()]
-                            if ka else [None] * len(a))
-        h = r.host_ops if r.host_ops is not None else pd.DataFrame()
-        if len(h):
-            htids = sorted(set(int(x) for x in h["tid"]), key=lambda x: (x != main_tid, x))
-            tid_of_h = {x: TID_HOST0 + i for i, x in enumerate(htids)}
-            for x, tid in tid_of_h.items():
-                threads[(pid, tid)] = (f"CPU thread {x}: ops and runtime calls"
-                                       + (" (launches the GPU work)" if x == main_tid else ""), tid)
-            hf = _frame(pid, h["tid"].map(tid_of_h).to_numpy(), h["start"], h["end"],
-                        [_name(x) for x in h["name"]], h["cat"].to_numpy(),
-                        [_clean_args(x) if x else None for x in h["args"]])
-            hf["correlation"] = h["correlation"].to_numpy()
-            hosts.append(hf)
-    steps_df = pd.concat(steps, ignore_index=True) if steps else pd.DataFrame()
-    calls_df = pd.concat(calls, ignore_index=True) if calls else pd.DataFrame()
-    acts_df = pd.concat(acts, ignore_index=True) if acts else pd.DataFrame()
-    if len(acts_df):
-        acts_df["args"] = [x for part in act_args for x in part]
-        acts_df["correlation"] = np.concatenate([r.activity["correlation"].to_numpy() for r in ranks
-                                                 if len(r.activity)])
-    hosts_df = pd.concat(hosts, ignore_index=True) if hosts else pd.DataFrame()
-    for df in (steps_df, calls_df, acts_df, hosts_df):
-        _nest(df, threads)
+    # ---- tracks: each rank's own, then the collective tracks (from the member partitions' facts)
+    threads: dict[int, dict[int, tuple[str, int]]] = {s["rank"]: dict(s["threads"]) for s in ranks}
+    facts = list(_parts(src, tp.part_facts, {"kept": kept_list}))
+    pairs = sorted({p for f in facts for p in f["pairs"]})
+    n_coll, n_wait = sum(f["n"] for f in facts), sum(f["n_wait"] for f in facts)
+    groups = sorted({t for _, t in pairs}, key=lambda g: (not g.split()[0].isdigit(),
+                                                          int(g.split()[0]) if g.split()[0].isdigit() else 0, g))
+    gtid = {g: TID_GROUP0 + i for i, g in enumerate(groups)}
+    gpos = {g: i for i, g in enumerate(groups)}
+    for pid_, g in sorted(pairs, key=lambda x: (x[0], gpos[x[1]])):
+        what = f"send/recv: process group {g}" if "→" in g else f"collectives: process group {g}"
+        threads[pid_][gtid[g]] = (what, gtid[g])
+    for pid_ in sorted({p for p, _ in pairs}):
+        threads[pid_][TID_WAITS] = ("waits for the last rank to arrive", TID_WAITS)
+    lanes, wlanes = _member_lanes(src, kept_list, members_of, gtid, threads)
+    marg = {"kept": kept_list, "gtid": gtid, "lanes": lanes, "wlanes": wlanes}
 
-    # collectives: one track per process group, wait slices, flow arrows in arrival order
-    coll_df, wait_df = pd.DataFrame(), pd.DataFrame()
-    flow_rows: list[tuple] = []  # (s_row, f_row, s_ts_ns, f_ts_ns, name) over coll_df rows
-    if len(m):
-        p2p = (m["kind"] == "p2p").to_numpy() if "kind" in m else np.zeros(len(m), bool)
-        track = [f"{g} {int(a_)}→{int(b_)}" if k else str(g) for g, k, a_, b_ in
-                 zip(m["process_group"].astype(str), p2p, m["src"].fillna(-1), m["dst"].fillna(-1))]
-        groups = sorted(set(track), key=lambda g: (not g.split()[0].isdigit(),
-                                                   int(g.split()[0]) if g.split()[0].isdigit() else 0, g))
-        gtid = {g: TID_GROUP0 + i for i, g in enumerate(groups)}
-        for pid_, g in sorted({(int(r_), t) for t, r_ in zip(track, m["rank"])},
-                              key=lambda x: (x[0], groups.index(x[1]))):
-            what = f"send/recv: process group {g}" if "→" in g else f"collectives: process group {g}"
-            threads[(pid_, gtid[g])] = (what, gtid[g])
-        for pid_ in sorted(set(int(x) for x in m["rank"])):
-            threads[(pid_, TID_WAITS)] = ("waits for the last rank to arrive", TID_WAITS)
-        start = m["start_ns"].to_numpy(dtype=np.int64)
-        end = np.maximum(m["end_ns"].to_numpy(dtype=np.int64), start)
-        pg = m["process_group"].astype(str).to_numpy()
-        ops = m["op"].astype(str).to_numpy()
-        seq = m["seq"].to_numpy()
-        names = [f"{o} #{int(q)} (group {g})" for o, q, g in zip(ops, seq, pg)]
-        args = [{"process_group": g, "seq": int(q), "op": o, "instance": int(i), "wait_us": round(float(w), 3),
-                 "bytes": (None if b != b else int(b)), "last_rank": int(lr) if lr == lr else None}
-                for g, q, o, i, w, b, lr in zip(pg, seq, ops, m["instance"], m["wait_us"], m["bytes"],
-                                                m["last_rank"])]
-        pids = m["rank"].to_numpy(dtype=np.int64)
-        tids = np.array([gtid[g] for g in track], dtype=np.int64)
-        lane = _lanes(pids * (1 << 32) + tids, start, end)
-        tids = tids + lane * LANE
-        for (p_, t_), k in {(int(p_), int(t_)): int(k) for p_, t_, k in zip(pids, tids, lane) if k}.items():
-            base_name, sort = threads[(p_, t_ - k * LANE)]
-            threads[(p_, t_)] = (f"{base_name} (overlapping, {k + 1})", sort)
-        coll_df = _frame(pids, tids, start, end, names, "collective", args)
-        wait = np.round(m["wait_us"].to_numpy() * 1000).astype(np.int64)
-        w = wait > 0
-        if w.any():
-            wait_df = _frame(pids[w], TID_WAITS, start[w], start[w] + wait[w],
-                             [f"wait: {n}, last rank {a_['last_rank']}" for n, a_, k in zip(names, args, w) if k],
-                             "wait", [a_ for a_, k in zip(args, w) if k])
-            wl = _lanes(pids[w], start[w], start[w] + wait[w])
-            wait_df["tid"] = TID_WAITS + wl * LANE
-            for p_, k in {(int(p_), int(k)) for p_, k in zip(pids[w], wl) if k}:
-                threads[(p_, TID_WAITS + k * LANE)] = (f"waits for the last rank to arrive (overlapping, {k + 1})",
-                                                       TID_WAITS)
-        order = np.lexsort((pids, start, m["instance"].to_numpy()))
-        inst = m["instance"].to_numpy()[order]
-        a_idx = np.flatnonzero(inst[1:] == inst[:-1])  # link arrival k → k+1 of the same instance
-        fname = [f"send/recv #{int(q)} (group {g})" if k else f"{o} #{int(q)} (group {g})"
-                 for o, q, g, k in zip(ops, seq, pg, p2p)]  # both ends of a flow carry the same name
-        for i in a_idx:
-            a_, b_ = order[i], order[i + 1]
-            flow_rows.append((a_, b_, min(int(start[b_]), int(end[a_])), int(start[b_]), fname[a_]))
+    def rng(key: str) -> Optional[tuple[int, int]]:
+        got = [f[key] for f in facts if f[key] is not None]
+        return (min(g[0] for g in got), max(g[1] for g in got)) if got else None
 
     # ---- the budget, class by class (a flow costs two events)
-    n_threads_max = 2 * len(threads)
-    room = max_events - len(meta) - n_threads_max - 1  # 1: the "timeline thinned" note, when there is one
-    fp_all = _finding_points(report, type(tin)(tin.aligned, tin.alignment_status, ranks, m), t0)
+    n_threads_max = 2 * sum(len(v) for v in threads.values())
+    room = max_events - 2 * len(ranks) - n_threads_max - 1  # 1: the "timeline thinned" note, when there is one
+    fp_all = _finding_points(report, src, ranks, marg, t0)
     left_out: dict[str, int] = {}
 
     def take(n: int, what: str) -> int:
@@ -359,140 +364,340 @@ def build_timeline(report: dict, tin: Any, max_events: int = DEFAULT_MAX_EVENTS)
             left_out[what] = n - k
         return k
 
-    fp = fp_all[:take(len(fp_all), "findings")]
-    keep_steps = _take_longest((steps_df["end"] - steps_df["start"]).to_numpy(), take(len(steps_df), "steps")) \
-        if len(steps_df) else np.zeros(0, bool)
-    keep_coll = _take_longest((coll_df["end"] - coll_df["start"]).to_numpy(), take(len(coll_df), "collectives")) \
-        if len(coll_df) else np.zeros(0, bool)
-    flows_ok = [f for f in flow_rows if keep_coll[f[0]] and keep_coll[f[1]]]
-    n_pairs = min(len(flows_ok), max(0, room) // 2)
-    room -= 2 * n_pairs
-    if n_pairs < len(flows_ok):
-        left_out["collective flows"] = len(flows_ok) - n_pairs
-    flows_ok = flows_ok[:n_pairs]
-    keep_wait = _take_longest((wait_df["end"] - wait_df["start"]).to_numpy(), take(len(wait_df), "waits")) \
-        if len(wait_df) else np.zeros(0, bool)
-    keep_calls = _take_longest((calls_df["end"] - calls_df["start"]).to_numpy(), take(len(calls_df), "calls")) \
-        if len(calls_df) else np.zeros(0, bool)
-    act_d = (acts_df["end"] - acts_df["start"]).to_numpy() if len(acts_df) else np.zeros(0, np.int64)
-    keep_act = _take_longest(act_d, take(len(acts_df), "GPU/CPU activity events"))
-    host_d = (hosts_df["end"] - hosts_df["start"]).to_numpy() if len(hosts_df) else np.zeros(0, np.int64)
-    keep_host = _take_longest(host_d, take(len(hosts_df), "CPU ops and runtime calls"))
-    launch: list[tuple] = []  # (host row, act row)
-    if len(acts_df) and len(hosts_df):
-        hk = hosts_df[keep_host & (hosts_df["cat"].to_numpy() == "runtime") & (hosts_df["correlation"].to_numpy() >= 0)]
-        ak = acts_df[keep_act]
-        j = pd.merge(pd.DataFrame({"pid": hk["pid"].to_numpy(), "corr": hk["correlation"].to_numpy(), "h": hk.index}),
-                     pd.DataFrame({"pid": ak["pid"].to_numpy(), "corr": ak["correlation"].to_numpy(), "a": ak.index}),
-                     on=["pid", "corr"])
-        if len(j):
-            j = j.drop_duplicates("a").drop_duplicates("h")
-            ok = acts_df["start"].to_numpy()[j["a"].to_numpy()] >= hosts_df["start"].to_numpy()[j["h"].to_numpy()]
-            launch = list(zip(j["h"].to_numpy()[ok], j["a"].to_numpy()[ok]))
-    n_launch = min(len(launch), max(0, room) // 2)
-    if n_launch < len(launch):
-        left_out["launch arrows"] = len(launch) - n_launch
-    launch = launch[:n_launch]
+    def total(c: str) -> int:
+        return sum(s["n"][c] for s in ranks)
 
+    def rank_rng(c: str) -> Optional[tuple[int, int]]:
+        got = [s["range"][c] for s in ranks if c in s["range"]]
+        return (min(g[0] for g in got), max(g[1] for g in got)) if got else None
+
+    fp = fp_all[:take(len(fp_all), "findings")]
+    sel: dict[str, Sel] = {"steps": Sel(total("steps"), take(total("steps"), "steps"), rank_rng("steps"))}
+    coll = Sel(n_coll, take(n_coll, "collectives"), rng("range"))
+    _resolve(src, pos, {}, {"coll": coll}, marg)
+    flow_counts = [n for n, _ in _parts(src, tp.part_final, _part_args(src, {**marg, "wait": False}, {"coll": coll}))]
+    flows_ok = sum(flow_counts)
+    n_pairs = min(flows_ok, max(0, room) // 2)
+    room -= 2 * n_pairs
+    if n_pairs < flows_ok:
+        left_out["collective flows"] = flows_ok - n_pairs
+    wait = Sel(n_wait, take(n_wait, "waits"), rng("wrange"))
+    sel["calls"] = Sel(total("calls"), take(total("calls"), "calls"), rank_rng("calls"))
+    sel["acts"] = Sel(total("acts"), take(total("acts"), "GPU/CPU activity events"), rank_rng("acts"))
+    sel["hosts"] = Sel(total("hosts"), take(total("hosts"), "CPU ops and runtime calls"), rank_rng("hosts"))
+    _resolve(src, pos, sel, {"wait": wait}, marg)
+
+    def specs(i: int) -> dict:
+        return {c: s.spec(i) for c, s in sel.items()}
+
+    finals = list(_ask_ranks(src, pos, tp.rank_final, [specs(i) for i in range(len(pos))], COUNT_CHUNK))
+    launch_of = [n for n, _ in finals]
+    used: dict[int, set] = defaultdict(set)  # pid -> the tids its kept events sit on
+    for s, (_, u) in zip(ranks, finals):
+        used[s["rank"]].update(u)
+    del finals
+    for _, u in _parts(src, tp.part_final, _part_args(src, marg, {"coll": coll, "wait": wait})):
+        for p_, t_ in u:
+            used[p_].add(t_)
+    for e in fp:
+        used[e["pid"]].add(e["tid"])
+    n_launch_all = sum(launch_of)
+    n_launch = min(n_launch_all, max(0, room) // 2)
+    if n_launch < n_launch_all:
+        left_out["launch arrows"] = n_launch_all - n_launch
+
+    act, host = sel["acts"], sel["hosts"]
     min_kept_us = None
-    dropped_kernels = int((~keep_act).sum())
+    dropped_kernels = act.n - act.k
     if dropped_kernels:
-        min_kept_us = float(act_d[keep_act].min()) / 1000.0 if keep_act.any() else None
-        notes.append(f"{dropped_kernels} of {len(acts_df)} GPU/CPU activity events left out: the shortest "
+        min_kept_us = float(act.shortest_kept) / 1000.0 if act.k else None
+        notes.append(f"{dropped_kernels} of {act.n} GPU/CPU activity events left out: the shortest "
                      + (f"(kept those of at least {min_kept_us:.3f} µs)" if min_kept_us is not None else "(all)"))
     for what, n in left_out.items():
         if what != "GPU/CPU activity events":
             notes.append(f"{n} {what} left out (the shortest)" if "flows" not in what and "arrows" not in what
                          else f"{n} {what} left out")
 
-    # ---- the events themselves
-    body: list[dict] = list(fp)
-    for df, keep in ((steps_df, keep_steps), (coll_df, keep_coll), (wait_df, keep_wait), (calls_df, keep_calls),
-                     (acts_df, keep_act), (hosts_df, keep_host)):
-        if len(df):
-            body += _slices(df[keep], t0)
-    fid = 0
-    if flows_ok:
-        cp, ct = coll_df["pid"].to_numpy(), coll_df["tid"].to_numpy()
-        fa = np.array([f[0] for f in flows_ok])
-        fb = np.array([f[1] for f in flows_ok])
-        us_s = _us(np.array([f[2] for f in flows_ok]), t0).tolist()
-        us_f = _us(np.array([f[3] for f in flows_ok]), t0).tolist()
-        pa, ta, pb, tb = cp[fa].tolist(), ct[fa].tolist(), cp[fb].tolist(), ct[fb].tolist()
-        for i, f in enumerate(flows_ok):
-            fid += 1
-            body.append({"ph": "s", "id": fid, "pid": pa[i], "tid": ta[i], "ts": us_s[i], "name": f[4],
-                         "cat": "collective"})
-            body.append({"ph": "f", "bp": "e", "id": fid, "pid": pb[i], "tid": tb[i], "ts": us_f[i], "name": f[4],
-                         "cat": "collective"})
-    n_coll_flows = fid
-    if launch:
-        hs, as_ = np.array([x[0] for x in launch]), np.array([x[1] for x in launch])
-        h_start, h_end = hosts_df["start"].to_numpy()[hs], hosts_df["end"].to_numpy()[hs]
-        k_start = acts_df["start"].to_numpy()[as_]
-        ts_s, ts_f = _us(np.minimum(h_end, k_start), t0), _us(k_start, t0)
-        hp, ht = hosts_df["pid"].to_numpy()[hs], hosts_df["tid"].to_numpy()[hs]
-        ap, at = acts_df["pid"].to_numpy()[as_], acts_df["tid"].to_numpy()[as_]
-        del h_start
-        hp, ht, ap, at, ts_s, ts_f = (x.tolist() for x in (hp, ht, ap, at, ts_s, ts_f))
-        for i in range(len(launch)):
-            fid += 1
-            body.append({"ph": "s", "id": fid, "pid": hp[i], "tid": ht[i], "ts": ts_s[i], "name": "launch",
-                         "cat": "launch"})
-            body.append({"ph": "f", "bp": "e", "id": fid, "pid": ap[i], "tid": at[i], "ts": ts_f[i],
-                         "name": "launch", "cat": "launch"})
-    used = {(e["pid"], e["tid"]) for e in body if "tid" in e}
-    events = list(meta)
-    for (pid_, tid_), (nm, sort) in sorted(threads.items()):
-        if (pid_, tid_) in used:
-            events += [_meta(pid_, tid_, "thread_name", nm), _meta(pid_, tid_, "thread_sort_index", sort)]
+    # ---- the events themselves, streamed in the order they are listed
+    head = [ev for s in ranks for ev in (_meta(s["rank"], None, "process_name", s["label"]),
+                                         _meta(s["rank"], None, "process_sort_index", s["rank"]))]
+    n_used = 0
+    for pid_ in sorted(threads):
+        for tid_, (nm, sort) in sorted(threads[pid_].items()):
+            if tid_ in used.get(pid_, ()):
+                head += [_meta(pid_, tid_, "thread_name", nm), _meta(pid_, tid_, "thread_sort_index", sort)]
+                n_used += 1
     if notes:
-        events.append({"ph": "i", "s": "g", "pid": ranks[0].rank if ranks else 0, "tid": TID_CPU, "ts": 0.0,
-                       "name": "timeline thinned: " + "; ".join(notes), "cat": "analyze"})
-    events += body
-    if len(events) > max_events:  # a hard limit even when the ranks' own tracks alone exceed it
-        events = _cut(events, max_events)
+        head.append({"ph": "i", "s": "g", "pid": ranks[0]["rank"] if ranks else 0, "tid": TID_CPU, "ts": 0.0,
+                     "name": "timeline thinned: " + "; ".join(notes), "cat": "analyze"})
+    del threads, used
+    n_body = len(fp) + sum(s.k for s in sel.values()) + coll.k + wait.k + 2 * n_pairs + 2 * n_launch
+    n_events = len(head) + n_body
+    sink(b'{"traceEvents":[')
+    out = _Writer(sink)
+    if n_events > max_events:  # a hard limit even when the ranks' own tracks alone exceed it (the body is empty)
+        head, n_events = head[:max_events], max_events
         notes.append(f"cut to the first {max_events} events")
+    out.dicts(head)
+    del head
+    out.dicts(fp)
+    _write_ranks(src, pos, out, "steps", t0, sel["steps"])
+    part_rows = [f["n"] for f in facts]
+    for what in ("coll", "wait"):
+        if (coll if what == "coll" else wait).k:
+            args = _part_args(src, {**marg, "t0": t0, "what": what}, {"coll": coll, "wait": wait})
+            _write_parts(src, out, args, part_rows)
+    for c in ("calls", "acts", "hosts"):
+        _write_ranks(src, pos, out, c, t0, sel[c])
+    fid0, left = 0, n_pairs
+    args_f = []
+    for n in flow_counts:
+        args_f.append((fid0, min(n, left)))
+        fid0 += args_f[-1][1]
+        left -= args_f[-1][1]
+    if n_pairs:
+        _write_parts(src, out, _part_args(src, {**marg, "t0": t0, "what": "flows"}, {"coll": coll},
+                                          [{"fid0": a, "n": b} for a, b in args_f]), [b for _, b in args_f])
+    fid, left, largs = n_pairs, n_launch, []
+    for i, n in enumerate(launch_of):
+        k = min(n, left)
+        largs.append((t0, specs(i), k, fid))
+        fid += k
+        left -= k
+    for frag in _ask_ranks(src, pos, tp.rank_launch, largs, WRITE_CHUNK, lambda i: largs[i][2] > 0):
+        out.events(frag)
     other = {
         "tool": f"analyze {(report.get('tool') or {}).get('version', '')}", "verdict": report.get("verdict"),
-        "clock": ("aligned: each rank's clock offset applied (report cross_rank.alignment)" if tin.aligned else
-                  f"not aligned (alignment {tin.alignment_status}): each rank on its own clock"),
-        "time_origin_ns": int(t0), "max_events": int(max_events), "events": len(events),
-        "ranks": len(all_ranks), "ranks_drawn": len(ranks),
+        "clock": ("aligned: each rank's clock offset applied (report cross_rank.alignment)" if src.aligned else
+                  f"not aligned (alignment {src.alignment_status}): each rank on its own clock"),
+        "time_origin_ns": int(t0), "max_events": int(max_events), "events": int(n_events),
+        "ranks": n_all, "ranks_drawn": len(ranks),
         "ranks_left_out": [r for r in all_ranks if r not in kept],
-        "activity_events_left_out": dropped_kernels, "shortest_activity_kept_us": min_kept_us,
-        "host_events": int(keep_host.sum()), "host_events_left_out": int((~keep_host).sum()),
-        "collective_members": int(len(m)), "flows": int(n_coll_flows), "launch_flows": int(fid - n_coll_flows),
+        "activity_events_left_out": int(dropped_kernels), "shortest_activity_kept_us": min_kept_us,
+        "host_events": int(host.k), "host_events_left_out": int(host.n - host.k),
+        "collective_members": int(n_coll), "flows": int(n_pairs), "launch_flows": int(n_launch),
         "findings": len(fp), "thinned": "; ".join(notes) if notes else "",
     }
-    return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": other}
+    sink(b'],"displayTimeUnit":"ms","otherData":' + orjson.dumps(other, option=orjson.OPT_SERIALIZE_NUMPY) + b"}")
+    return other
 
 
-def _cut(events: list[dict], n: int) -> list[dict]:
-    """The first ``n`` events, less any flow whose other end fell past the cut (a flow is a pair or nothing)."""
-    head = events[:n]
-    ends: dict[tuple, int] = {}
-    for e in head:
-        if e.get("ph") in ("s", "f"):
-            k = (e.get("cat"), e.get("name"), e.get("id"))
-            ends[k] = ends.get(k, 0) + 1
-    return [e for e in head if e.get("ph") not in ("s", "f") or ends[(e.get("cat"), e.get("name"), e.get("id"))] == 2]
+def _ask_ranks(src: Any, pos: list[int], fn: Any, args: list, chunk: int,
+               want: Optional[Callable[[int], bool]] = None) -> Iterator:
+    """``fn(side, args[i])`` for the kept ranks' sides, ``chunk`` ranks per engine call, answers in order
+    (ranks ``want`` says no to are skipped)."""
+    idx = [i for i in range(len(pos)) if want is None or want(i)]
+    for a in range(0, len(idx), chunk):
+        part = idx[a:a + chunk]
+        yield from src.ask(fn, [pos[i] for i in part], [args[i] for i in part])
+
+
+def _parts(src: Any, fn: Any, args: "dict | list", one: bool = False) -> Iterator:
+    """``fn(partition, arg)`` over the member partitions, answers in order: all asked at once, or (``one``)
+    one partition at a time (its answer is large: JSON text)."""
+    n = src.n_parts
+    if not n:
+        return
+    args = args if isinstance(args, list) else [args] * n
+    if one:
+        for i in range(n):
+            yield from src.ask_parts(fn, args, [i])
+    else:
+        yield from src.ask_parts(fn, args, list(range(n)))
+
+
+def _write_parts(src: Any, out: _Writer, args: list, sizes: list[int]) -> None:
+    """part_write over each member partition in slices of WRITE_ROWS rows (or flows), one slice at a time."""
+    from analyzer.render import timeline_parts as tp
+    for i, n in enumerate(sizes):
+        for a in range(0, n, WRITE_ROWS):
+            for frag in src.ask_parts(tp.part_write, [{**x, "slice": (a, min(n, a + WRITE_ROWS))} if j == i else x
+                                                      for j, x in enumerate(args)], [i]):
+                out.events(frag)
+
+
+def _part_args(src: Any, base: dict, sels: dict, per_part: Optional[list] = None) -> list:
+    """Per partition: ``base`` plus each selection's spec for that partition's position."""
+    return [{**base, **{k: s.spec(i) for k, s in sels.items()}, **(per_part[i] if per_part else {})}
+            for i in range(src.n_parts)]
+
+
+def _resolve(src: Any, pos: list[int], rank_sels: dict, part_sels: dict, marg: dict) -> None:
+    """Find each selection's threshold (rounds of histograms over the ranks' sides and the member partitions,
+    all open selections at once), then how many of the threshold's ties each chunk keeps."""
+    from analyzer.render import timeline_parts as tp
+    while True:
+        r_open = {c: s for c, s in rank_sels.items() if not s.found}
+        p_open = {c: s for c, s in part_sels.items() if not s.found}
+        if not r_open and not p_open:
+            break
+        if r_open:
+            win = {c: s.window() for c, s in r_open.items()}
+            tot: dict = {}
+            _sum(_ask_ranks(src, pos, tp.rank_hist, [win] * len(pos), COUNT_CHUNK), tot)
+            for c, s in r_open.items():
+                s.feed(tot[c])
+        if p_open:
+            tot = {}
+            _sum(_parts(src, tp.part_hist, {"kept": marg["kept"], "win": {c: s.window() for c, s in p_open.items()}}),
+                 tot)
+            for c, s in p_open.items():
+                s.feed(tot[c])
+    r_tie = {c: s.dstar for c, s in rank_sels.items() if s.partial and not s.quota}
+    if r_tie:
+        eqs = list(_ask_ranks(src, pos, tp.rank_eq, [r_tie] * len(pos), COUNT_CHUNK))
+        for c in r_tie:
+            rank_sels[c].ties([e[c] for e in eqs])
+    p_tie = {c: s.dstar for c, s in part_sels.items() if s.partial and not s.quota}
+    if p_tie:
+        eqs = list(_parts(src, tp.part_eq, {"kept": marg["kept"], "eq": p_tie}))
+        for c in p_tie:
+            part_sels[c].ties([e[c] for e in eqs])
+
+
+def _member_lanes(src: Any, kept: list[int], members_of: dict, gtid: dict, threads: dict) -> tuple[dict, dict]:
+    """{(iid, rank): lane} of the collective slices and of the waits that overlap without nesting on their
+    track (the rest: lane 0), from the member rows of a few ranks at a time; names the extra lanes' tracks."""
+    from analyzer.render import timeline_parts as tp
+    lanes: dict = {}
+    wlanes: dict = {}
+    chunks, cur, rows = [], [], 0
+    for r in kept:
+        n = members_of.get(r, 0)
+        if not n:
+            continue
+        if cur and rows + n > LANE_ROWS:
+            chunks.append(cur)
+            cur, rows = [], 0
+        cur.append(r)
+        rows += n
+    if cur:
+        chunks.append(cur)
+    for ch in chunks:
+        got = list(_parts(src, tp.part_lane_rows, {"kept": kept, "chunk": ch, "gtid": gtid}))
+        if not got:
+            continue
+        c = {k: np.concatenate([g[k] for g in got]) for k in got[0]}
+        del got
+        iid, pids, tids, start, end, wait = c["iid"], c["pids"], c["tids"], c["start"], c["end"], c["wait"]
+        lane = _lanes(pids * (1 << 32) + tids, start, end)
+        for i in np.flatnonzero(lane).tolist():
+            p_, t_, k = int(pids[i]), int(tids[i]), int(lane[i])
+            lanes[(int(iid[i]), p_)] = k
+            base_name, sort = threads[p_][t_]
+            threads[p_][t_ + k * LANE] = (f"{base_name} (overlapping, {k + 1})", sort)
+        w = wait > 0
+        if w.any():
+            wl = _lanes(pids[w], start[w], start[w] + wait[w])
+            wi, wp = iid[w], pids[w]
+            for i in np.flatnonzero(wl).tolist():
+                p_, k = int(wp[i]), int(wl[i])
+                wlanes[(int(wi[i]), p_)] = k
+                threads[p_][TID_WAITS + k * LANE] = (f"waits for the last rank to arrive (overlapping, {k + 1})",
+                                                     TID_WAITS)
+    return lanes, wlanes
+
+
+def _finding_points(report: dict, src: Any, ranks: list[dict], marg: dict, t0: int) -> list[dict]:
+    """Instant events for the findings, on the ranks (process scope) and the time each finding names."""
+    from analyzer.render import timeline_parts as tp
+    by_rank = {s["rank"]: s for s in ranks}
+    findings = report.get("findings") or []
+    ask = sorted({(int(r), str(s["process_group"]), int(s["seq"])) for f in findings for s in [f.get("subject") or {}]
+                  if s.get("seq") is not None and s.get("process_group") is not None
+                  for r in s.get("ranks") or [] if int(r) in by_rank})
+    at: dict = {}
+    if ask:
+        for got in _parts(src, tp.part_points, {"kept": marg["kept"], "want": ask}):
+            for k, v in got.items():
+                at.setdefault(k, v)
+    out = []
+    for i, f in enumerate(findings, 1):
+        s = f.get("subject") or {}
+        rs = [int(r) for r in s.get("ranks") or [] if int(r) in by_rank]
+        args = {"rank_in_report": i, "id": f.get("id"), "severity": f.get("severity"),
+                "title": _name(f.get("title")), "evidence": [_name(e.get("text") if isinstance(e, dict) else e)
+                                                              for e in (f.get("evidence") or [])[:4]],
+                "explains": [f"{c.get('id')}: {_name(c.get('title'))}" for c in f.get("consequences") or []],
+                "fix": _name(f.get("fix") or "")}
+        name = f"{str(f.get('severity', '')).upper()} {f.get('id')}: {_name(f.get('title'))}"
+        if not rs:
+            ts = t0
+            first = [x["step_min"] for x in ranks if x["step_min"] is not None]
+            if first:
+                ts = min(first)
+            pid0 = ranks[0]["rank"] if ranks else 0  # a process that exists (rank 0 may not be drawn)
+            out.append({"ph": "i", "s": "g", "pid": pid0, "tid": TID_CPU, "ts": float(_us([ts], t0)[0]),
+                        "name": name, "cat": "finding", "args": args})
+            continue
+        for r in rs:
+            ts = None
+            x = by_rank[r]
+            if s.get("seq") is not None and s.get("process_group") is not None:
+                ts = at.get((r, str(s["process_group"]), int(s["seq"])))
+            if ts is None and s.get("step") is not None:
+                ts = x["step_starts"].get(int(s["step"]))
+            if ts is None:
+                ts = x["step_min"] if x["step_min"] is not None else (x["act_min"] if x["act_min"] is not None
+                                                                        else t0)
+            out.append({"ph": "i", "s": "p", "pid": r, "tid": TID_CPU, "ts": float(_us([ts], t0)[0]),
+                        "name": name, "cat": "finding", "args": args})
+    return out
+
+
+def _write_ranks(src: Any, pos: list[int], out: _Writer, c: str, t0: int, sel: Sel) -> None:
+    """One class of every kept rank's events, a chunk of ranks at a time."""
+    from analyzer.render import timeline_parts as tp
+    if not sel.k:
+        return
+    for frag in _ask_ranks(src, pos, tp.rank_write, [(c, t0, sel.spec(i)) for i in range(len(pos))], WRITE_CHUNK):
+        out.events(frag)
+
+
+def build_timeline(report: dict, tin: Any, max_events: int = DEFAULT_MAX_EVENTS) -> dict:
+    """The trace document as a dict (``traceEvents``, ``displayTimeUnit``, ``otherData``), at most ``max_events``
+    events in all (metadata included): what :func:`stream_timeline` writes, read back (for tests and notebooks;
+    the files are written without it)."""
+    buf = io.BytesIO()
+    stream_timeline(report, tin, buf.write, max_events)
+    return orjson.loads(buf.getvalue())
 
 
 def timeline_json(report: dict, tin: Any, max_events: int = DEFAULT_MAX_EVENTS) -> tuple[str, dict]:
     """(the trace as JSON text, its otherData metadata)."""
-    doc = build_timeline(report, tin, max_events)
-    return orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY).decode() + "\n", doc["otherData"]
+    buf = io.BytesIO()
+    other = stream_timeline(report, tin, buf.write, max_events)
+    return buf.getvalue().decode() + "\n", other
+
+
+class _GzipSink:
+    """Bytes into one gzip member (level 6, mtime 0): the same file gzip.compress(data, 6, mtime=0) makes."""
+
+    def __init__(self, fh: Any):
+        self.fh, self.z = fh, zlib.compressobj(6, zlib.DEFLATED, 31)
+
+    def write(self, b: bytes) -> None:
+        out = self.z.compress(b)
+        if out:
+            self.fh.write(out)
+
+    def close(self) -> None:
+        self.fh.write(self.z.flush())
 
 
 def write_timeline(path: "str | os.PathLike[str]", report: dict, tin: Any,
                    max_events: int = DEFAULT_MAX_EVENTS) -> dict:
-    """Write the trace to ``path`` (gzip when it ends in .gz); returns its otherData metadata."""
-    doc = build_timeline(report, tin, max_events)
-    data = orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
+    """Write the trace to ``path`` (gzip when it ends in .gz), streamed; returns its otherData metadata."""
     p = os.fspath(path)
-    if p.endswith(".gz"):
-        data = gzip.compress(data, compresslevel=6, mtime=0)
     with open(p, "wb") as fh:
-        fh.write(data)
-    return doc["otherData"]
+        try:
+            if p.endswith(".gz"):
+                z = _GzipSink(fh)
+                other = stream_timeline(report, tin, z.write, max_events)
+                z.close()
+            else:
+                other = stream_timeline(report, tin, fh.write, max_events)
+        except BaseException:
+            fh.truncate(0)  # never a partial document a viewer (or a CI step) could take for the timeline
+            raise
+    return other

@@ -7,6 +7,7 @@ the cross-rank stage directly.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -183,37 +184,136 @@ def _rank_events(summary: Any) -> tuple:
     return act, t.steps.copy(), t.cpu_comm.copy(), host, kargs
 
 
+def _on_aligned_clock(read: tuple, off: int) -> tuple:
+    """One rank's tables (``_rank_events``) shifted by its clock offset, in place."""
+    act, st, cc, host, kargs = read
+    act["start"] = act["start"].to_numpy() + off
+    act["end"] = act["end"].to_numpy() + off
+    ls = act["launch_start"].to_numpy()
+    act["launch_start"] = np.where(ls >= 0, ls + off, -1)
+    st["start"] += off
+    st["end"] += off
+    cc["start"] += off
+    cc["end"] += off
+    if len(host):
+        host["start"] = host["start"].to_numpy() + off
+        host["end"] = host["end"].to_numpy() + off
+    return act, st, cc, host, kargs
+
+
+def _timeline_placement(job: Job, report: dict) -> tuple[dict, bool, str, dict]:
+    """(clock offsets, aligned?, alignment status, rank → host) the timeline draws the ranks with."""
+    offs, aligned = offsets_ns(report)
+    status = ((report.get("cross_rank") or {}).get("alignment") or {}).get("status") or "none"
+    hosts = ((report.get("cross_rank") or {}).get("hosts") or {}).get("rank_to_host") or {}
+    return offs, aligned, status, hosts
+
+
 def timeline_input(job: Job, report: dict) -> TimelineInput:
     """The per-rank activity shifted onto the aligned clock, plus every collective member row.
 
     The activity is read again from each rank's file (through the job's engine, where the ranks were parsed):
-    the analysis keeps only compact per-rank results (docs/scale.md).
+    the analysis keeps only compact per-rank results (docs/scale.md). Everything comes back to this process:
+    for a large job write the timeline from :func:`timeline_source` instead.
     """
-    offs, aligned = offsets_ns(report)
-    status = ((report.get("cross_rank") or {}).get("alignment") or {}).get("status") or "none"
-    hosts = ((report.get("cross_rank") or {}).get("hosts") or {}).get("rank_to_host") or {}
+    offs, aligned, status, hosts = _timeline_placement(job, report)
     ranks = []
     order = list(job.traces)
     engine = job.engine
     read = engine.map(_rank_events, [job.traces[r] for r in order]) if engine is not None else \
         [_rank_events(job.traces[r]) for r in order]
-    for r, (act, st, cc, host, kargs) in zip(order, read):
+    for r, got in zip(order, read):
         t = job.traces[r]
         off = offs.get(int(r), 0)
-        act["start"] = act["start"].to_numpy() + off
-        act["end"] = act["end"].to_numpy() + off
-        ls = act["launch_start"].to_numpy()
-        act["launch_start"] = np.where(ls >= 0, ls + off, -1)
-        st["start"] += off
-        st["end"] += off
-        cc["start"] += off
-        cc["end"] += off
-        if len(host):
-            host["start"] = host["start"].to_numpy() + off
-            host["end"] = host["end"].to_numpy() + off
+        act, st, cc, host, kargs = _on_aligned_clock(got, off)
         ranks.append(RankEvents(int(r), hosts.get(str(r)) or t.meta.get("host"), off, act, st, cc, t.device_type,
                                 host, kargs))
     return TimelineInput(aligned, status, ranks, collectives_frame(job, report))
+
+
+def _timeline_rank(item: tuple) -> tuple[dict, dict]:
+    """Worker: one rank's timeline side (its events, tracks and lanes; it stays here) and its summary (a few
+    numbers; it travels): analyzer/render/timeline_parts.py prepare_rank."""
+    from analyzer.render.timeline_parts import prepare_rank
+    r, summary, off, host, want = item
+    act, st, cc, hops, kargs = _on_aligned_clock(_rank_events(summary), off)
+    return prepare_rank(RankEvents(r, host, off, act, st, cc, summary.device_type, hops, kargs), want)
+
+
+class TimelineSource:
+    """What the merged timeline is written from without bringing the ranks' events here: each rank's events
+    are read again and kept where it was parsed (the job's engine), the member table stays in its partitions;
+    the writer (analyzer/render/timeline.py) asks both questions whose answers are small, then the JSON text
+    of one chunk of ranks or one partition at a time."""
+
+    def __init__(self, job: Job, report: dict):
+        self.job = job
+        self.offs, self.aligned, self.alignment_status, self.hosts = _timeline_placement(job, report)
+        cr = cross_rank_of(job, report)
+        self.parts, self.inst = cr.parts, cr.instances
+        self._order = list(job.traces)
+        self._handles: list = []
+        self._local: Optional[list] = None
+
+    def rank_ids(self) -> list[int]:
+        return [int(r) for r in self._order]
+
+    def prepare(self, want: set) -> list[dict]:
+        """Each rank's side made (and kept) where it is read; the summaries, in rank order."""
+        items = [(int(r), self.job.traces[r], self.offs.get(int(r), 0),
+                  self.hosts.get(str(r)) or self.job.traces[r].meta.get("host"), int(r) in want) for r in self._order]
+        engine = self.job.engine
+        if engine is None:
+            got = [_timeline_rank(it) for it in items]
+            self._local = [s for _, s in got]
+            return [c for c, _ in got]
+        compact, self._handles = engine.map_keep(_timeline_rank, items)
+        return compact
+
+    def ask(self, fn: Any, positions: list[int], args: list) -> list:
+        """``fn(side, arg)`` for the ranks at ``positions`` (in rank order), run where their sides are."""
+        if self._local is not None:
+            return [fn(self._local[i], a) for i, a in zip(positions, args)]
+        return self.job.engine.query(fn, [self._handles[i] for i in positions], args)
+
+    def close(self) -> None:
+        """Drop the ranks' sides (the pool's pickles are removed; Dask releases its futures with the handles):
+        a timeline's sides are as large as the traces' events, and the engine keeps the analysis open."""
+        for h in self._handles:
+            if isinstance(h, str) and os.path.basename(h).endswith(".pkl"):
+                try:
+                    os.remove(h)
+                except OSError:
+                    pass
+        self._handles, self._local = [], None
+
+    @property
+    def n_parts(self) -> int:
+        return len(self.parts.parts) if len(self.parts) else 0
+
+    def ask_parts(self, fn: Any, args: list, which: list[int]) -> list:
+        """``fn(partition, arg)`` for the member partitions ``which``, each told its instances' bytes and last
+        rank (what collectives_frame joins), run where the partitions are."""
+        inst = self.inst
+        a = []
+        for i in which:
+            lo, hi = self.parts.bounds[i]
+            if inst is None or not len(inst):
+                sl = pd.DataFrame({"instance": [], "bytes": [], "last_rank": []})
+            else:
+                iid = inst["instance"].to_numpy()
+                sl = inst.loc[(iid >= lo) & (iid < hi), ["instance", "bytes", "last_rank"]]
+            a.append({**args[i], "inst": sl})
+        handles = [self.parts.parts[i] for i in which]
+        if self.parts.engine is None:
+            return [fn(p, x) for p, x in zip(handles, a)]
+        return self.parts.engine.query(fn, handles, a)
+
+
+def timeline_source(job: Job, report: dict) -> TimelineSource:
+    """The merged timeline's source for :func:`analyzer.render.timeline.write_timeline` (streamed: this process
+    holds a few numbers per rank, never the ranks' events)."""
+    return TimelineSource(job, report)
 
 
 def findings_frame(report: dict) -> pd.DataFrame:
@@ -230,5 +330,6 @@ def findings_frame(report: dict) -> pd.DataFrame:
 
 
 __all__ = ["steps_frame", "collectives_frame", "ranks_frame", "groups_frame", "kernels_frame", "idle_frame",
-           "timeline_input", "TimelineInput", "RankEvents", "offsets_ns", "findings_frame"]
+           "timeline_input", "timeline_source", "TimelineInput", "TimelineSource", "RankEvents", "offsets_ns",
+           "findings_frame"]
 
