@@ -86,6 +86,17 @@ def _straggler_confidence(delay: float, share: float, held: float, delay_min: fl
     return round(max(0.0, 0.5 * a + 0.5 * b) * min(1.0, held), 3)
 
 
+def _stage_straggler(ctx: Context) -> Optional[dict]:
+    """The pipeline section's straggling stage (analyzer/cross_rank/pipeline_stragglers.py) as a straggler:
+    its own off-schedule work or host time exceeds the other stages' consistently and they wait for it."""
+    x = (ctx.cross.get("pipeline") or {}).get("stage_straggler")
+    if not isinstance(x, dict) or x.get("rank") is None:
+        return None
+    return {"rank": int(x["rank"]), "cost": min(1.0, num(x.get("delay_share")) or 0.0),
+            "attribution": str(x.get("attribution") or "unknown"), "confidence": num(x.get("confidence")) or 0.0,
+            "evidence": [Evidence(str(x.get("evidence") or ""))]}
+
+
 def straggler_info(ctx: Context) -> Optional[dict]:
     """The straggler (rank, cost, attribution, evidence) from the cross-rank hold-ups, else from per-step compute.
 
@@ -98,8 +109,9 @@ def straggler_info(ctx: Context) -> Optional[dict]:
         return None  # arrival order on unaligned clocks means nothing, and traces whose collectives cannot be
         # matched may not even be one job (CLOCK001 says so)
     rows = [r for r in s.get("per_rank") or [] if r.get("rank") is not None]
-    if not rows:  # no cross-rank data at all: fall back on per-step compute (GPU traces only)
-        return _compute_straggler(ctx)
+    stage = _stage_straggler(ctx)
+    if not rows:  # no collectives: a pipeline's straggling stage, else per-step compute (GPU traces only)
+        return stage or _compute_straggler(ctx)
     dmin, smin = ctx.t("straggler_cost_min"), ctx.t("straggler_share_min")
     scons = ctx.t("straggler_share_consistent")
 
@@ -117,7 +129,7 @@ def straggler_info(ctx: Context) -> Optional[dict]:
     # smaller share of the hold-ups than the one noise made late once); none pass: no straggler
     ok = [r for r in rows if passes(r)]
     if not ok:
-        return None
+        return stage  # send/recv hold nobody up in the collectives' sense: a pipeline stage's own excess may
     row = max(ok, key=lambda r: (num(r.get("delay_per_step_us")) or 0.0, -int(r["rank"])))
     rank = int(row["rank"])
     delay, share = num(row.get("delay_share")) or 0.0, num(row.get("holdup_share")) or 0.0
@@ -252,7 +264,8 @@ def step_spread(ctx: Context) -> Iterator[Finding]:
     time on the faster ranks. A spread caused by a straggler is listed under LOAD001. With cross-rank data a
     step's slowest rank is the one it waited for (the largest hold-up, when material; else the longest step),
     so this finding and LOAD001 name the same rank. Severity warning when the same rank is the slowest in most
-    steps (and, with cross-rank data, is the straggler LOAD001 names); info otherwise (jitter). Cost: the
+    steps (and, with cross-rank data, is the straggler LOAD001 names as a warning, not a "may be"); info
+    otherwise (jitter). Cost: the
     median over steps of (max − median) / max. Not judged when the clocks could not be aligned (traces
     whose collectives do not match may come from different jobs).
     """
@@ -268,7 +281,9 @@ def step_spread(ctx: Context) -> Iterator[Finding]:
     persistent = top is not None and len(rows) >= 3 and slow.count(top) >= ctx.t("persistent_frac") * len(rows)
     if persistent and (ctx.cross.get("stragglers") or {}).get("per_rank"):
         s = straggler_info(ctx)  # with cross-rank data the slowest rank of a step is the one it waited for:
-        persistent = s is not None and s["rank"] == int(top)  # persistent only if that is the straggler
+        # persistent only if that is the straggler, and one LOAD001 names firmly (not a "may be": a warning
+        # here must not name a rank more surely than the straggler rule does)
+        persistent = s is not None and s["rank"] == int(top) and s["confidence"] >= WEAK_STRAGGLER
     costs = [((num(r.get("max_us")) or 0) - (num(r.get("median_us")) or 0)) / num(r.get("max_us"))
              for r in rows if num(r.get("max_us"))]
     worst = max(rows, key=lambda r: num(r["spread"]) or 0)

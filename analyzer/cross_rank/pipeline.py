@@ -24,6 +24,7 @@ import pandas as pd
 from analyzer.cross_rank import pipeline_schedule as ps
 from analyzer.cross_rank.member_parts import as_parts
 from analyzer.cross_rank.pipeline_blocks import RankBlocks, rank_blocks
+from analyzer.cross_rank.pipeline_stragglers import stage_straggler
 from analyzer.rank import intervals as iv
 from analyzer.rank.summary import collective_column
 
@@ -312,9 +313,12 @@ def analyse(job: Any, inst: pd.DataFrame, members: Any, offsets: Optional[dict[i
             f"{[rk[0] for rk in r['positions']]}: p={r['inf'].p} m={r['inf'].m} v={r['inf'].v} {r['inf'].schedule}"
             for r in results)
     coarse = COARSE_SCHEDULE.get(inf.schedule, "interleaved" if (v or 1) > 1 else "1f1b")
+    strag = [x for x in (stage_straggler(job, res["positions"], rbs) for res in results) if x is not None]
+    strag = max(strag, key=lambda x: (x["delay_share"], -x["rank"])) if strag else None
     return {"detected": True, "p": p, "m": m, "v": v, "schedule": coarse, "stage_ranks": stage_ranks,
             "per_stage": per_stage, "mean_bubble_rate": float(np.mean(rates)) if rates else None,
             "theoretical_bubble": theo, "evidence": evidence, "bubble_window": "stage0_span",
+            "stage_straggler": strag,
             "inference": inf.to_dict(),
             "pipelines": [{"process_group": r["pg"], "stages": [rk[0] for rk in r["positions"]],
                            "stage_ranks": r["positions"], "p": r["inf"].p, "m": r["inf"].m, "v": r["inf"].v,
