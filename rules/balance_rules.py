@@ -222,11 +222,31 @@ def straggler(ctx: Context) -> Iterator[Finding]:
     if ctx.cpu_only():  # gloo on CPUs: there is no GPU to blame
         why = why.replace("a slower GPU", "a slower or busier CPU")
     weak = info["confidence"] < WEAK_STRAGGLER
+    dmg = damage_note(ctx)
     yield Finding(title=(f"Rank {r} may be a straggler" if weak else f"Rank {r} is a straggler")
                   + (f": {why}" if why else ""), confidence=info["confidence"],
-                  severity="info" if weak else "warning", evidence=info["evidence"], cost=info["cost"],
+                  severity="info" if weak else "warning", evidence=info["evidence"] + ([dmg] if dmg else []),
+                  cost=info["cost"],
                   subject=Subject(ranks=[r], process_group=None if g is None else str(g.get("name"))),
                   involved=_all_ranks(ctx) | {r}, extra={"attribution": info["attribution"]})
+
+
+def damage_note(ctx: Context) -> Optional[Evidence]:
+    """What the cross-rank comparison of step times left out because a trace was cut off mid-write (the report's
+    ranks[].cut), or None: such a rank is compared only on the steps it fully has."""
+    parts = []
+    for r in ctx.report.get("ranks") or []:
+        cut = r.get("cut") or {}
+        steps = sorted({int(x["step"]) for x in cut.get("excluded_steps") or [] if x.get("step") is not None}
+                       | {int(x) for x in cut.get("lost_steps") or []})
+        if cut and steps:
+            parts.append(f"rank {r.get('rank')} (its trace was cut off mid-write) is left out of step"
+                         f"{'s' if len(steps) > 1 else ''} {', '.join(str(x) for x in steps[:8])}"
+                         f"{' …' if len(steps) > 8 else ''}")
+    if not parts:
+        return None
+    return Evidence("; ".join(parts) + ": step times and hold-ups are compared only on the steps each rank fully "
+                    "has")
 
 
 def _spread_rows(ctx: Context) -> list[dict]:
@@ -300,7 +320,8 @@ def step_spread(ctx: Context) -> Iterator[Finding]:
                   evidence=[Evidence(f"step {worst.get('step')}: {num(worst.get('min_us')) or 0:.0f}–"
                                      f"{num(worst.get('max_us')) or 0:.0f} µs (spread {pct(num(worst['spread']))}), "
                                      f"{_waited_for(ctx)}: {worst.get('slowest_rank')}"),
-                            Evidence(f"{_waited_for(ctx)}, per step: " + ", ".join(str(s) for s in slow[:16]))])
+                            Evidence(f"{_waited_for(ctx)}, per step: " + ", ".join(str(s) for s in slow[:16]))]
+                  + ([dmg] if (dmg := damage_note(ctx)) is not None else []))
 
 
 def _waited_for(ctx: Context) -> str:

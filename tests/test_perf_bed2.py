@@ -135,3 +135,36 @@ def test_clean_pipeline_bubble_of_own_transfer_and_host_time_is_an_info(run: str
     assert p["mean_bubble_rate"] - p["theoretical_bubble"] - p["mean_own_idle_share"] < 0.10
     f = next(f for f in rep["findings"] if f["id"] == "PIPE001")
     assert f["severity"] == "info" and "own transfer and host time" in f["title"]
+
+
+@pytest.mark.slow
+def test_a_cut_trace_is_compared_only_on_the_steps_it_fully_has(tmp_path: Path) -> None:
+    """A real trace truncated here (rank 0 of ddp4-host-15: its JSON text cut at 50 %, so it keeps a remnant of
+    its collectives and loses whole threads): the cut rank is left out of the cross-rank comparison of step times
+    and hold-ups on the steps it does not fully have, the report says so, and the first warning is still the real
+    straggler (rank 2, host) — not the step spread (LOAD002) or a straggler made of the remnant."""
+    import gzip
+    import shutil
+    src = BED / "ddp4-host-15"
+    for p in src.glob("rank*.pt.trace.json.gz"):
+        shutil.copy(p, tmp_path / p.name)
+    raw = gzip.open(tmp_path / "rank0.pt.trace.json.gz").read()
+    (tmp_path / "rank0.pt.trace.json.gz").unlink()
+    (tmp_path / "rank0.pt.trace.json").write_bytes(raw[: len(raw) // 2])
+    a = analyzer.load(tmp_path)
+    rep = a.report
+    cut = next(r for r in rep["ranks"] if r["rank"] == 0)["cut"]
+    left = {x["step"] for x in cut["excluded_steps"]} | set(cut["lost_steps"])
+    assert left, cut
+    s = rep["cross_rank"]["stragglers"]
+    assert s["damaged_left_out"] == [{"rank": 0, "steps": sorted(left)}]
+    assert not [x for x in s["per_step"] if x["slowest_rank"] == 0 and x["step"] in left]
+    assert not [x for x in rep["cross_rank"]["step_spread"] if x["slowest_rank"] == 0 and x["step"] in left]
+    assert not [r for r in rep["metrics"]["per_step"] if r["rank"] == 0 and r["step"] in left]
+    t = _truth("ddp4-host-15")
+    ok, why = judge.judge(t, a.findings)
+    assert ok, why
+    f = judge.first_warning(a.findings)
+    assert any(e["text"].startswith("rank 0 (its trace was cut off mid-write) is left out of step")
+               for e in f["evidence"]), f["evidence"]
+    assert all(g["severity"] == "info" for g in a.findings if g["id"] == "LOAD002")

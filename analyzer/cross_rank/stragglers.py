@@ -169,11 +169,36 @@ def step_spread(step_metrics: pd.DataFrame, waited_for: Optional[dict] = None) -
         t = g["step_time_ns"].to_numpy()
         med = float(np.median(t))
         longest = int(g["rank"].iloc[int(np.argmax(t))])
+        waited = waited_for.get(int(step))
+        if waited is not None and int(waited) not in set(g["rank"].astype(int)):
+            waited = None  # the rank the step waited for must be one compared in it (not a cut trace's lost step)
         out.append({"step": int(step), "min_us": float(t.min()) / 1e3, "median_us": med / 1e3,
                     "max_us": float(t.max()) / 1e3, "spread": (float(t.max() - t.min()) / med) if med > 0 else None,
-                    "slowest_rank": int(waited_for.get(int(step), longest)), "longest_rank": longest,
+                    "slowest_rank": int(longest if waited is None else waited), "longest_rank": longest,
                     "fastest_rank": int(g["rank"].iloc[int(np.argmin(t))])})
     return out
+
+
+def damaged_steps(job: Any) -> dict[int, list[int]]:
+    """Per rank whose trace was cut off mid-write (analyzer/load/damage.py): the steps it does not fully have —
+    the step at the cut, the ones past it (or every step, when a whole thread was lost) and the steps its file
+    lost. Those (rank, step) pairs are left out of every cross-rank comparison of step times and hold-ups."""
+    out = {}
+    for r, d in (getattr(job, "damage", None) or {}).items():
+        steps = sorted(set(int(s) for s in d.excluded) | set(int(s) for s in d.lost_steps))
+        if steps:
+            out[int(r)] = steps
+    return out
+
+
+def _without_damaged(per: pd.DataFrame, bad: dict[int, list[int]]) -> pd.DataFrame:
+    """The per-(rank, step) hold-up rows without the steps a cut rank does not fully have: its collectives
+    there are a remnant (those after the cut are lost), so its lateness or earliness in them means nothing."""
+    if not bad or not len(per):
+        return per
+    pairs = pd.MultiIndex.from_tuples([(r, s) for r, steps in bad.items() for s in steps])
+    keys = pd.MultiIndex.from_arrays([per["rank"].astype(np.int64), per["step"].astype(np.int64)])
+    return per[~keys.isin(pairs)].reset_index(drop=True)
 
 
 def first_activity_gap(job: Any) -> pd.DataFrame:
@@ -478,11 +503,12 @@ def analyse(job: Any, inst: pd.DataFrame, members: Any, offset_of: Optional[dict
     stats = per_rank_stats(inst, members)
     sm = job.step_metrics
     med_step, n_steps = _median_step(job, members)
-    per = step_delays(job, inst, members, offset_of)
+    bad = damaged_steps(job)
+    per = _without_damaged(step_delays(job, inst, members, offset_of), bad)
     by_rank = per.groupby("rank")["delay_ns"].sum() if len(per) else pd.Series(dtype=float)
     stats["delay_ns_per_step"] = stats["rank"].map(by_rank).fillna(0.0) / n_steps
     stats["delay_share"] = stats["delay_ns_per_step"] / med_step if med_step and med_step > 0 else 0.0
-    shares = holdup_shares(step_delays(job, inst, members, offset_of, by_group=True))
+    shares = holdup_shares(_without_damaged(step_delays(job, inst, members, offset_of, by_group=True), bad))
     stats["holdup_share"] = stats["rank"].map(shares).fillna(0.0)
     top = per.loc[per.groupby("step")["delay_ns"].idxmax()] if len(per) else per
     held = top["rank"].value_counts() if len(top) else pd.Series(dtype=int)
@@ -586,6 +612,7 @@ def analyse(job: Any, inst: pd.DataFrame, members: Any, offset_of: Optional[dict
                       **_excess_fields(r)} for r in stats.itertuples()],
         "straggler": straggler, "confidence": confidence, "attribution": attribution, "evidence": evidence,
         "per_step": per_step,
+        "damaged_left_out": [{"rank": r, "steps": steps} for r, steps in sorted(bad.items())],
         "thresholds": {"tie_us": TIE_NS / 1e3, "material_delay_share": MATERIAL_SHARE,
                        "holdup_share_min": SHARE_MIN, "holdup_share_consistent": SHARE_CONSISTENT,
                        "excess_min": EXCESS_MIN, "sign_frac": SIGN_FRAC, "excess_z_min": Z_MIN},
