@@ -39,15 +39,13 @@ SHARE_CONSISTENT = 0.4
 #: Consistent excess: at least this share of the steps (and ≥ MIN_STEPS steps) show an excess above zero …
 SIGN_FRAC = 0.8
 MIN_STEPS = 3
-#: … its median per-step excess is at least this share of the step, at least ``SPREAD_K`` × its own spread
-#: (1.4826 × MAD: injected work adds about the same time every step, while the scheduler's victim on a shared
-#: machine is late by 3 % in one step and 33 % in the next; real runs: stragglers' effect 2.5-38 × their spread,
-#: a clean run's late rank 1.1 ×) and stands ``Z_MIN`` standard errors above the other ranks' noise (never taken
-#: below ``NOISE_FLOOR``).
+#: … its median per-step excess is at least this share of the step, exceeds its own spread (1.4826 × MAD) and
+#: stands ``Z_MIN`` standard errors above the other ranks' noise (never taken below ``NOISE_FLOOR``); on CPU-only
+#: jobs a compute excess also needs more work (``MORE_OPS_MIN``).
 EXCESS_MIN = 0.05
 Z_MIN = 3.0
 NOISE_FLOOR = 0.002
-SPREAD_K = 2.0
+SPREAD_K = 1.0
 #: … and it must delay the others materially (≥ MATERIAL_SHARE of the step) in at least this share of steps.
 DELAY_STEPS_FRAC = 0.5
 #: A straggler named by its hold-ups alone whose own work shows no consistent excess although it could (≥ 3
@@ -258,7 +256,7 @@ def excess_consistency(job: Any) -> pd.DataFrame:
     median absolute deviation of its own shares over the steps), excess_noise (the same scale over the other
     ranks' shares: the noise a healthy rank shows on this machine), excess_z (effect / (noise / √steps)) and
     consistent: ≥ ``MIN_STEPS`` steps, ≥ ``SIGN_FRAC`` of them above zero (a sign test), effect ≥
-    ``EXCESS_MIN``, ≥ ``SPREAD_K`` (2) × its own spread, and ≥ ``Z_MIN`` standard errors of the peers' noise.
+    ``EXCESS_MIN``, ≥ ``SPREAD_K`` × its own spread, and ≥ ``Z_MIN`` standard errors of the peers' noise.
 
     Why: on a contended machine the arrival order and the hold-up share are noise-driven (two ranks split a
     20 % straggler's hold-ups 0.57 / 0.43), while the straggler's own extra work shows in every step. The
@@ -270,7 +268,56 @@ def excess_consistency(job: Any) -> pd.DataFrame:
     if sm is None or not len(sm) or "step_time_ns" not in sm:
         return pd.DataFrame({c: [] for c in CONSISTENCY_COLUMNS})
     ref = sm[sm["step"] >= 0].groupby("step")["step_time_ns"].median()
-    return consistency_table((("compute", sm, "compute_ns"), ("host", first_activity_gap(job), "gap_ns")), ref)
+    out = consistency_table((("compute", sm, "compute_ns"), ("host", first_activity_gap(job), "gap_ns")), ref)
+    return _same_work_is_contention(job, out)
+
+
+#: On CPU-only traces a compute excess is the rank's own only when it runs at least this many more compute
+#: operators per step than its peers' median (more work); the same operators running longer are core contention.
+MORE_OPS_MIN = 0.5
+
+
+def compute_ops_per_step(job: Any) -> dict[int, float]:
+    """Per rank: its outermost compute operators (kernels on a GPU trace) per step, from the profile rows each
+    rank's summary computed where it was parsed (analyzer/report/profile.py); ranks without them are left out."""
+    out = {}
+    for r, t in (getattr(job, "traces", None) or {}).items():
+        if hasattr(t, "profile"):
+            got = t.profile
+        else:  # a full trace (Python API without an engine): computed here
+            from analyzer.report.profile import rank_profile
+            got = rank_profile(t) if hasattr(t, "activity") else None
+        if got is None:
+            continue
+        rows = got[0]
+        out[int(r)] = float(rows.loc[rows["kind"].astype(str) == "compute", "per_step_n"].sum())
+    return out
+
+
+def _same_work_is_contention(job: Any, cons: pd.DataFrame) -> pd.DataFrame:
+    """On a CPU-only job, a compute excess without more work is not consistent: ``more_ops`` per rank (its compute
+    operators per step minus its peers' median) and ``consistent`` False for a compute excess with
+    ``more_ops < MORE_OPS_MIN``.
+
+    Why: ranks of one data-, tensor- or FSDP-parallel job run the same operators every step (the real CPU runs:
+    91.0 per step on every rank of every clean DDP run), so a rank doing more work (an extra forward, a metric,
+    logging) runs more of them (+30 to +300 per step for the injected 10-40 % compute stragglers), while the rank
+    a shared host's scheduler slows runs the same ones longer (`real-cpu-perf-2/ddp4-clean`'s rank 2: +14 % compute
+    in 5 of 5 steps, 91.0 operators like its peers). A GPU running the same kernels slower is a real straggler (a
+    throttled or faulty device): GPU traces are not touched.
+    """
+    traces = getattr(job, "traces", None) or {}
+    if not len(cons) or not traces or not all(getattr(t, "device_type", "gpu") == "cpu" for t in traces.values()):
+        return cons
+    ops = compute_ops_per_step(job)
+    if len(ops) < 2:
+        return cons
+    more = {r: n - float(np.median([v for k, v in ops.items() if k != r])) for r, n in ops.items()}
+    cons = cons.copy()
+    cons["more_ops"] = cons["rank"].map(more)
+    same = (cons["excess_kind"] == "compute") & cons["more_ops"].notna() & (cons["more_ops"] < MORE_OPS_MIN)
+    cons.loc[same, "consistent"] = False
+    return cons
 
 
 CONSISTENCY_COLUMNS = ["rank", "excess_kind", "excess_steps", "excess_steps_above", "excess_share",
@@ -635,15 +682,22 @@ def _excess_text(row: Any) -> str:
     return (f"its {what} exceeds its peers' median in {int(row['excess_steps_above'])} of "
             f"{int(row['excess_steps'])} steps by {float(row['excess_share']):.1%} of the step (median; spread "
             f"±{float(row['excess_spread']):.1%}; the other ranks' noise ±{float(row['excess_noise']):.1%}, so "
-            f"{float(row['excess_z']):.1f} standard errors)")
+            f"{float(row['excess_z']):.1f} standard errors)"
+            + (f", but it runs the same compute operators per step as its peers ({float(row['more_ops']):+.1f}): "
+               "the same work run longer, as a shared host's contention does, not more work"
+               if row["excess_kind"] == "compute" and pd.notna(row.get("more_ops"))
+               and float(row["more_ops"]) < MORE_OPS_MIN else ""))
 
 
 def _excess_fields(r: Any) -> dict:
     """The per-rank excess columns for the section (None where the rank has no per-step metrics)."""
+    more = getattr(r, "more_ops", None)
+    more = None if more is None or pd.isna(more) else float(more)
     if pd.isna(getattr(r, "excess_kind", None)):
         return {"excess_kind": None, "excess_steps": None, "excess_steps_above": None, "excess_share": None,
-                "excess_spread": None, "excess_noise": None, "excess_z": None, "consistent_excess": False}
+                "excess_spread": None, "excess_noise": None, "excess_z": None, "consistent_excess": False,
+                "more_compute_ops": more}
     return {"excess_kind": str(r.excess_kind), "excess_steps": int(r.excess_steps),
             "excess_steps_above": int(r.excess_steps_above), "excess_share": float(r.excess_share),
             "excess_spread": float(r.excess_spread), "excess_noise": float(r.excess_noise),
-            "excess_z": float(r.excess_z), "consistent_excess": bool(r.consistent)}
+            "excess_z": float(r.excess_z), "consistent_excess": bool(r.consistent), "more_compute_ops": more}
