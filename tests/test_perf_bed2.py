@@ -33,12 +33,12 @@ RUNS = sorted(p.parent.name for p in BED.glob("*/truth.json"))
 #: (docs/performance-diagnoses.md).
 XFAIL_FIRST: dict[str, str] = {
     "ddp4-data-10": "no warning: rank 2's 11 % data-loader time exceeds its peers' in 5 of 5 steps, but rank 0 (a "
-                    "healthy rank the scheduler slows) computes 9 % more in 4 of 5: they split the hold-ups 0.51 / "
-                    "0.49 and neither delays the others materially in half of the steps",
+                    "healthy rank the scheduler slows: the same operators, longer) is late too; they split the "
+                    "hold-ups 0.51 / 0.49 and rank 2 delays the others materially in only 2 of 5 steps",
     "fsdp3-clean": "clean run warned first: COMM001 (the bed has no exposed-comm truth for FSDP)",
 }
-#: clean run -> today's straggler finding (none left: ddp4-clean's rank 2, a scheduler victim late by 3-33 % from
-#: step to step, no longer passes the consistent-excess test, whose effect must be 2x its own spread)
+#: clean run -> today's straggler finding (none left: ddp4-clean's rank 2, a scheduler victim that runs the same
+#: compute operators as its peers, only longer, is no consistent excess on a CPU-only job)
 XFAIL_CLEAN: dict[str, str] = {}
 
 
