@@ -206,12 +206,18 @@ def straggler(ctx: Context) -> Iterator[Finding]:
     by the delay it alone causes (the others have all arrived and wait for it) and by its part of all such
     delay; arrival counts are supporting evidence (docs/cross-rank.md). On a noisy machine, where the hold-ups
     split between ranks, a rank whose own compute or host time exceeds its peers' median consistently (≥ 80 %
-    of ≥ 3 steps, by ≥ 5 % of the step and ≥ 3 standard errors of the peers' noise) and whose delay recurs in
-    half the steps needs only ``straggler_share_consistent`` of the hold-ups; one the hold-ups name without
-    such an excess (and no link difference) is a "may be". Falls back on per-step compute when
-    there are no cross-rank data. Cost: its delay per step as a fraction of the median step. A finding with
-    confidence below 0.5 (both thresholds passed by thin margins, where a clean run's noise lives) is an info
-    titled "may be a straggler".
+    of ≥ 3 steps, by ≥ 5 % of the step and ≥ 3 standard errors of the peers' noise; on a CPU-only job a compute
+    excess also needs more compute operators per step than its peers: the same work run longer is the host's
+    contention) and whose delay recurs in half the steps needs only ``straggler_share_consistent`` of the
+    hold-ups; one the hold-ups name without
+    such an excess (and no link difference) is a "may be". In a pipeline, whose send/recv hold nobody up in
+    this sense, a stage is the straggler when its own work outside its typical micro-batch blocks (or its host
+    time) exceeds the other stages' by the same consistent-excess test and they wait in their transfers for it
+    ≥ 5 % of the step in half the steps (docs/cross-rank.md, "Pipeline stage straggler"); a stage heavy by
+    partition stays PIPE001's. Falls back on per-step compute when there are no cross-rank data. A rank whose
+    trace was cut off mid-write is compared only on the steps it fully has (the evidence says which it lacks).
+    Cost: its delay per step as a fraction of the median step. A finding with confidence below 0.5 (both
+    thresholds passed by thin margins, where a clean run's noise lives) is an info titled "may be a straggler".
     """
     info = straggler_info(ctx)
     if info is None:

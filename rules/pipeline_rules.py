@@ -128,9 +128,13 @@ def bubble_high(ctx: Context) -> Iterator[Finding]:
     transfers. The evidence names the stage that works most when it works ≥ 1.1× the median stage and its
     excess is ≥ 3× the step-to-step noise (the median over stages of the standard deviation of a stage's work
     across steps: identical stages on a CPU-contended run differ by 1.4× in one step and swap in the next);
-    else it says the stages work alike within the noise. Silent when p, m or v were inferred with confidence
-    below 0.5, and for zero-bubble schedules (no closed-form theory). Cost: the excess bubble (fraction of the
-    step).
+    else it says the stages work alike within the noise. The bubble counts as idle the stages' own time outside
+    their work — moving the data inside send/recv after the peer arrived, and host work between ops
+    (``mean_own_idle_share``) — which no schedule theory has and no neighbour caused: when no stage is heavy and
+    the excess minus that own time is below ``bubble_excess``, the finding is an info that says so (a transfer-
+    or host-bound pipeline, e.g. 4 CPU stages on 2 shared cores, not a schedule or balance problem). Silent when
+    p, m or v were inferred with confidence below 0.5, and for zero-bubble schedules (no closed-form theory).
+    Cost: the excess bubble (fraction of the step).
     """
     p = _pipe(ctx)
     meas, theo = num(p.get("mean_bubble_rate")), num(p.get("theoretical_bubble"))
