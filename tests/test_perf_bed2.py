@@ -168,3 +168,23 @@ def test_a_cut_trace_is_compared_only_on_the_steps_it_fully_has(tmp_path: Path) 
     assert any(e["text"].startswith("rank 0 (its trace was cut off mid-write) is left out of step")
                for e in f["evidence"]), f["evidence"]
     assert all(g["severity"] == "info" for g in a.findings if g["id"] == "LOAD002")
+
+
+@pytest.mark.slow
+def test_a_misplaced_collective_among_three_compared_ranks_names_only_the_rank_that_moved_it(tmp_path: Path) -> None:
+    """ddp4-misplaced-r1 with rank 2's trace cut here (50 % of its JSON: it loses whole threads, so three ranks
+    are compared): with two peers their median compute before the metrics all-reduce is their mean, so each
+    healthy rank read "early by half the shift" and was named too (SYNC002 on ranks 1, 3 and 0). The rank that
+    moved the call differs from its peers one by one; only rank 1 is named."""
+    import gzip
+    import shutil
+    for p in (BED / "ddp4-misplaced-r1").glob("rank*.pt.trace.json.gz"):
+        shutil.copy(p, tmp_path / p.name)
+    raw = gzip.open(tmp_path / "rank2.pt.trace.json.gz").read()
+    (tmp_path / "rank2.pt.trace.json.gz").unlink()
+    (tmp_path / "rank2.pt.trace.json").write_bytes(raw[: len(raw) // 2])
+    a = analyzer.load(tmp_path)
+    (m,) = a.report["cross_rank"]["placement"]["misplaced"]
+    assert (m["rank"], m["op"], m["nelems"], m["index_in_step"], m["late"]) == (1, "allreduce", 4, 0, True)
+    loud = [f for f in a.findings if f["severity"] in ("error", "warning")]
+    assert [(f["id"], f["subject"]["ranks"]) for f in loud] == [("SYNC002", [1])]
