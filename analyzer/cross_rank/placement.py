@@ -192,6 +192,11 @@ def analyse(job: Any, inst: pd.DataFrame, members: Any, offset_of: Optional[dict
                                                 if len(back) else 0.0) / 1e3,
                       "other_sites": sorted(int(x) for x in st.loc[st["site"].isin(
                           g.loc[g["site"] != site, "site"]), "index"].unique())})
+    # two ranks that disagree at one site are one placement seen from both sides (with two ranks nothing else
+    # tells which moved): the late arrival makes the others wait there (the cause), the early one waits (the effect)
+    late_at = {(x["process_group"], x["op"], x["nelems"], x["index_in_step"]) for x in found if x["late"]}
+    found = [x for x in found if x["late"] or (x["process_group"], x["op"], x["nelems"], x["index_in_step"])
+             not in late_at]
     found.sort(key=lambda x: (-x["cost_share"], x["rank"]))
     out["misplaced"] = found
     return out
@@ -244,7 +249,7 @@ def _moved_site(job: Any, st: pd.DataFrame, parts: Any, rank: int, cand_sites: n
         # the rank that moved the call differs from (nearly) every peer, not only from their median: with two
         # peers the median is their mean, so a healthy rank beside the misplaced one would read half its shift
         vs = sign * (mine.loc[both].to_numpy(float)[:, None] - each.loc[both].to_numpy(float))
-        margin = np.nanquantile(vs, 1 - SIGN_FRAC, axis=1)
+        margin = np.nanquantile(vs, 1 - SIGN_FRAC, axis=1, method="lower")
         consistent = int((margin >= MATERIAL * refs).sum())
         if abs(med) < MATERIAL * float(np.median(refs)) or consistent < max(MIN_STEPS, np.ceil(SIGN_FRAC * len(both))):
             continue
