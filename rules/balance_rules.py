@@ -123,7 +123,8 @@ def straggler_info(ctx: Context) -> Optional[dict]:
             return False
         # the consistent-excess path also needs the wait it imposes to recur (a material delay in half the steps)
         recurs = int(r.get("steps_delaying") or 0) >= max(1, -(-n_steps // 2))
-        return sh >= smin or (bool(r.get("consistent_excess")) and sh >= scons and recurs)
+        own = bool(r.get("consistent_excess")) or bool(r.get("more_work"))  # its own work stands out
+        return sh >= smin or (own and sh >= scons and recurs)
 
     # the largest delay among the ranks that pass (a rank whose own work is consistently longer may hold a
     # smaller share of the hold-ups than the one noise made late once); none pass: no straggler
@@ -139,7 +140,7 @@ def straggler_info(ctx: Context) -> Optional[dict]:
                    f"ms per step ({pct(delay)} of the step, threshold straggler_cost_min {pct(dmin)}; {pct(share)} "
                    f"of all waiting for a single rank, threshold "
                    + (f"straggler_share_min {pct(smin)})" if share >= smin else
-                      f"straggler_share_consistent {pct(scons)} with a consistent excess)")),
+                      f"straggler_share_consistent {pct(scons)} with a consistent excess or more work)")),
           Evidence(f"it arrives last at {pct(last)} of the collectives with a clear last arrival (times last: "
                    f"{row.get('times_last')}); wait imposed on the others "
                    + (f"{imposed / n_steps / 1000:.2f} ms per step ({imposed / 1000:.2f} ms summed over {n_steps} "

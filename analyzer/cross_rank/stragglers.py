@@ -294,6 +294,30 @@ def compute_ops_per_step(job: Any) -> dict[int, float]:
     return out
 
 
+#: More work: at least this share more compute operators per step than the peers' median (and MORE_OPS_MIN).
+MORE_WORK_SHARE = 0.02
+
+
+def _more_work(job: Any, inst: pd.DataFrame, stats: pd.DataFrame) -> pd.Series:
+    """Per stats row: the rank runs more compute operators per step than its peers (``more_ops`` ≥
+    ``MORE_OPS_MIN`` and ≥ ``MORE_WORK_SHARE`` of the peers' count, ``more_ops_share`` set), on a CPU-only job
+    without send/recv. Its own extra work then stands as the cause of the delay it imposes even where the host's
+    noise hides it in the compute times (a 15 % FSDP2 compute straggler: +234 operators per step over its peers'
+    106, its compute time within their ±50 ms swings). Not for pipelines, whose stages run different operators
+    by design, nor GPU traces (see :func:`_same_work_is_contention`)."""
+    no = pd.Series(False, index=stats.index)
+    stats["more_ops_share"] = np.nan
+    if "more_ops" not in stats or stats["more_ops"].isna().all():
+        return no
+    if inst is not None and len(inst) and (inst["kind"] == "p2p").any():
+        return no
+    ops = compute_ops_per_step(job)
+    base = stats["rank"].map(lambda r: float(np.median([v for k, v in ops.items() if k != r]))
+                             if r in ops and len(ops) > 1 else np.nan)
+    stats["more_ops_share"] = stats["more_ops"] / base.where(base > 0)
+    return (stats["more_ops"] >= MORE_OPS_MIN) & (stats["more_ops_share"] >= MORE_WORK_SHARE)
+
+
 def _same_work_is_contention(job: Any, cons: pd.DataFrame) -> pd.DataFrame:
     """On a CPU-only job, a compute excess without more work is not consistent: ``more_ops`` per rank (its compute
     operators per step minus its peers' median) and ``consistent`` False for a compute excess with
@@ -574,8 +598,10 @@ def analyse(job: Any, inst: pd.DataFrame, members: Any, offset_of: Optional[dict
     else:
         stats["steps_delaying"] = 0
     n_ref = len(step_ref) if step_ref is not None else 0
-    stats["by_excess"] = material & stats["consistent"] & (stats["holdup_share"] >= SHARE_CONSISTENT) & \
-        (stats["steps_delaying"] >= max(1, np.ceil(DELAY_STEPS_FRAC * n_ref)))
+    recurs = stats["steps_delaying"] >= max(1, np.ceil(DELAY_STEPS_FRAC * n_ref))
+    stats["more_work"] = _more_work(job, inst, stats)
+    stats["by_excess"] = material & (stats["consistent"] | stats["more_work"]) & \
+        (stats["holdup_share"] >= SHARE_CONSISTENT) & recurs
     stats["qualifies"] = stats["by_share"] | stats["by_excess"]
     stats = stats.sort_values(["delay_ns_per_step", "wait_imposed_ns", "rank"], ascending=[False, False, True],
                               kind="stable").reset_index(drop=True)
@@ -598,9 +624,16 @@ def analyse(job: Any, inst: pd.DataFrame, members: Any, offset_of: Optional[dict
         cpu = bool(getattr(job, "traces", None)) and all(
             getattr(t, "device_type", "gpu") == "cpu" for t in job.traces.values())
         kind = str(row["excess_kind"]) if bool(row["consistent"]) else None  # a consistent excess says which
-        if kind == "compute" or (kind is None and comp >= gap and comp >= EXPLAINS * delay and comp > 0):
+        work = bool(row["more_work"]) and kind != "host"
+        if kind == "compute" or work or (kind is None and comp >= gap and comp >= EXPLAINS * delay and comp > 0):
             attribution = "compute"
-            parts.append(f"its compute per step is {comp / 1e3:.1f} µs above the other ranks' median")
+            if comp > 0 or not work:
+                parts.append(f"its compute per step is {comp / 1e3:.1f} µs above the other ranks' median")
+            if work:
+                parts.append(f"it runs {float(row['more_ops']):.1f} more compute operators per step than its peers' "
+                             f"median (+{float(row['more_ops_share']):.0%}: the ranks of one job run the same "
+                             "operators, so this is work of its own, whatever the host's noise does to the "
+                             "durations)")
         elif kind == "host" or (kind is None and gap > comp and gap >= EXPLAINS * delay):
             attribution = "host"
             parts.append(f"its first compute of a step starts {gap / 1e3:.1f} µs later than the other ranks' "
@@ -626,7 +659,12 @@ def analyse(job: Any, inst: pd.DataFrame, members: Any, offset_of: Optional[dict
         runner = float(close["delay_ns_per_step"].max()) / delay if len(close) else 0.0
         confidence = round(margin * min(1.0, int(row["steps_held"]) / n_held) * max(0.5, 1.0 - runner), 3)
         testable = pd.notna(row.get("excess_kind")) and int(row.get("excess_steps") or 0) >= MIN_STEPS
-        if testable and not bool(row["consistent"]) and attribution != "link":
+        if bool(row["more_work"]) and not bool(row["consistent"]):
+            # more work of its own and a recurring, material delay: as sure as the delay and its share say
+            confidence = max(confidence, round((0.5 * min(1.0, float(row["delay_share"]) / (2 * MATERIAL_SHARE))
+                                                + 0.5 * min(1.0, float(row["holdup_share"])))
+                                               * min(1.0, int(row["steps_delaying"]) / max(1, n_ref)), 3))
+        elif testable and not bool(row["consistent"]) and attribution != "link":
             # the job waits for it, but nothing it does stands out of the machine's noise: on a shared machine
             # the scheduler alone can make a healthy rank the last one step after step
             confidence = min(confidence, UNEXPLAINED_CAP)
@@ -655,7 +693,7 @@ def analyse(job: Any, inst: pd.DataFrame, members: Any, offset_of: Optional[dict
                       "delay_per_step_us": float(r.delay_ns_per_step) / 1e3, "delay_share": float(r.delay_share),
                       "holdup_share": float(r.holdup_share), "steps_held": int(r.steps_held),
                       "n_instances": int(r.n_instances), "n_decided": int(r.n_decided),
-                      "steps_delaying": int(r.steps_delaying),
+                      "steps_delaying": int(r.steps_delaying), "more_work": bool(r.more_work),
                       **_excess_fields(r)} for r in stats.itertuples()],
         "straggler": straggler, "confidence": confidence, "attribution": attribution, "evidence": evidence,
         "per_step": per_step,
