@@ -209,8 +209,8 @@ def straggler(ctx: Context) -> Iterator[Finding]:
     split between ranks, a rank whose own compute or host time exceeds its peers' median consistently (≥ 80 %
     of ≥ 3 steps, by ≥ 5 % of the step and ≥ 3 standard errors of the peers' noise; on a CPU-only job a compute
     excess also needs more compute operators per step than its peers: the same work run longer is the host's
-    contention) and whose delay recurs in half the steps needs only ``straggler_share_consistent`` of the
-    hold-ups; one the hold-ups name without
+    contention; or, CPU-only without send/recv, it runs ≥ 2 % more compute operators per step: more work of its
+    own) and whose delay recurs in half the steps needs only ``straggler_share_consistent`` of the hold-ups; one the hold-ups name without
     such an excess (and no link difference) is a "may be". In a pipeline, whose send/recv hold nobody up in
     this sense, a stage is the straggler when its own work outside its typical micro-batch blocks (or its host
     time) exceeds the other stages' by the same consistent-excess test and they wait in their transfers for it
