@@ -27,7 +27,11 @@ from analyzer.cross_rank.member_parts import as_parts
 from analyzer.load.job import ask_ranks
 from analyzer.phrases import ranks_text
 from analyzer.rank import intervals as iv
-from analyzer.rank.summary import first_activity_gaps
+# the consistent-excess machinery lives in excess.py; its names stay importable from here
+from analyzer.cross_rank.excess import (CONSISTENCY_COLUMNS, EXCESS_MIN, MIN_STEPS, MORE_OPS_MIN,  # noqa: F401
+                                        MORE_WORK_SHARE, NOISE_FLOOR, SIGN_FRAC, SPREAD_K, Z_MIN, _more_work,
+                                        _per_step_excess, _same_work_is_contention, compute_ops_per_step,
+                                        consistency_table, excess_consistency, first_activity_gap)
 
 TIE_NS = 1_000
 #: Delay a straggler must cause, as a share of the median step (tuned on the real CPU runs, docs/cross-rank.md).
@@ -36,16 +40,6 @@ MATERIAL_SHARE = 0.05
 SHARE_MIN = 0.75
 #: With a consistent excess of its own work, the hold-up share a straggler needs (noise splits the hold-ups).
 SHARE_CONSISTENT = 0.4
-#: Consistent excess: at least this share of the steps (and ≥ MIN_STEPS steps) show an excess above zero …
-SIGN_FRAC = 0.8
-MIN_STEPS = 3
-#: … its median per-step excess is at least this share of the step, exceeds its own spread (1.4826 × MAD) and
-#: stands ``Z_MIN`` standard errors above the other ranks' noise (never taken below ``NOISE_FLOOR``); on CPU-only
-#: jobs a compute excess also needs more work (``MORE_OPS_MIN``).
-EXCESS_MIN = 0.05
-Z_MIN = 3.0
-NOISE_FLOOR = 0.002
-SPREAD_K = 1.0
 #: … and it must delay the others materially (≥ MATERIAL_SHARE of the step) in at least this share of steps.
 DELAY_STEPS_FRAC = 0.5
 #: A straggler named by its hold-ups alone whose own work shows no consistent excess although it could (≥ 3
@@ -199,24 +193,6 @@ def _without_damaged(per: pd.DataFrame, bad: dict[int, list[int]]) -> pd.DataFra
     return per[~keys.isin(pairs)].reset_index(drop=True)
 
 
-def first_activity_gap(job: Any) -> pd.DataFrame:
-    """Per rank and step: time from the step's start to its first device activity (host-side/data-loading gap),
-    as each rank's summary computed it where the rank was parsed (analyzer/rank/summary.py).
-
-    Only the steps the metrics keep (a cut-off trace's damaged steps are left out).
-    """
-    rows = []
-    sm = job.step_metrics
-    kept = set(zip(sm["rank"], sm["step"])) if sm is not None and len(sm) else set()
-    for r, t in job.traces.items():
-        g = t.first_gaps if hasattr(t, "first_gaps") else first_activity_gaps(t)  # a full trace: computed here
-        if g is None or not len(g):
-            continue
-        df = g.assign(rank=r)[["rank", "step", "gap_ns"]]
-        rows.append(df[[(r, int(x)) in kept for x in df["step"]]])
-    return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame({"rank": [], "step": [], "gap_ns": []})
-
-
 def _excess(df: pd.DataFrame, col: str, rank: int) -> float:
     """Median over steps of (rank's value − median of the other ranks' values)."""
     if df is None or not len(df) or col not in df:
@@ -226,161 +202,6 @@ def _excess(df: pd.DataFrame, col: str, rank: int) -> float:
         return 0.0
     others = piv.drop(columns=[rank]).median(axis=1)
     return float(np.nanmedian((piv[rank] - others).to_numpy()))
-
-
-def _per_step_excess(df: pd.DataFrame, col: str, step_ref: pd.Series) -> pd.DataFrame:
-    """steps × ranks: each rank's value minus the median of the other ranks' in that step, over the step's
-    median step time (``step_ref``: step → ns). Steps some rank lacks are left out (compare only what all have)."""
-    if df is None or not len(df) or col not in df:
-        return pd.DataFrame()
-    piv = df[df["step"] >= 0].pivot_table(index="step", columns="rank", values=col, aggfunc="sum").dropna()
-    if piv.shape[1] < 2 or not len(piv):
-        return pd.DataFrame()
-    vals = piv.to_numpy(float)
-    n = vals.shape[1]
-    # median of the others, all ranks at once: drop column j by masking it with NaN
-    stack = np.repeat(vals[:, None, :], n, axis=1)
-    idx = np.arange(n)
-    stack[:, idx, idx] = np.nan
-    others = np.nanmedian(stack, axis=2)
-    ref = step_ref.reindex(piv.index).to_numpy(float)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        out = (vals - others) / ref[:, None]
-    return pd.DataFrame(out, index=piv.index, columns=piv.columns).dropna()
-
-
-def excess_consistency(job: Any) -> pd.DataFrame:
-    """Per rank: how consistently its own work (compute per step, or the host gap before its first compute)
-    exceeds its peers' median — rank, excess_kind, excess_steps, excess_steps_above, excess_share (the median
-    over steps of the excess as a share of the step: a robust effect size), excess_spread (1.4826 × the
-    median absolute deviation of its own shares over the steps), excess_noise (the same scale over the other
-    ranks' shares: the noise a healthy rank shows on this machine), excess_z (effect / (noise / √steps)) and
-    consistent: ≥ ``MIN_STEPS`` steps, ≥ ``SIGN_FRAC`` of them above zero (a sign test), effect ≥
-    ``EXCESS_MIN``, ≥ ``SPREAD_K`` × its own spread, and ≥ ``Z_MIN`` standard errors of the peers' noise.
-
-    Why: on a contended machine the arrival order and the hold-up share are noise-driven (two ranks split a
-    20 % straggler's hold-ups 0.57 / 0.43), while the straggler's own extra work shows in every step. The
-    peers' noise is the floor: CPU compute swings ±3-15 % from rank to rank on a shared machine (a healthy
-    rank can exceed its peers by 5 % in 3 of 3 steps), the host gap before the first compute by < 0.1 %. Of
-    compute and host, the kind that passes (else the one with the larger z) is kept.
-    """
-    sm = job.step_metrics
-    if sm is None or not len(sm) or "step_time_ns" not in sm:
-        return pd.DataFrame({c: [] for c in CONSISTENCY_COLUMNS})
-    ref = sm[sm["step"] >= 0].groupby("step")["step_time_ns"].median()
-    out = consistency_table((("compute", sm, "compute_ns"), ("host", first_activity_gap(job), "gap_ns")), ref)
-    return _same_work_is_contention(job, out)
-
-
-#: On CPU-only traces a compute excess is the rank's own only when it runs at least this many more compute
-#: operators per step than its peers' median (more work); the same operators running longer are core contention.
-MORE_OPS_MIN = 0.5
-
-
-def compute_ops_per_step(job: Any) -> dict[int, float]:
-    """Per rank: its outermost compute operators (kernels on a GPU trace) per step, from the profile rows each
-    rank's summary computed where it was parsed (analyzer/report/profile.py); ranks without them are left out."""
-    out = {}
-    for r, t in (getattr(job, "traces", None) or {}).items():
-        if hasattr(t, "profile"):
-            got = t.profile
-        else:  # a full trace (Python API without an engine): computed here
-            from analyzer.report.profile import rank_profile
-            got = rank_profile(t) if hasattr(t, "activity") else None
-        if got is None:
-            continue
-        rows = got[0]
-        out[int(r)] = float(rows.loc[rows["kind"].astype(str) == "compute", "per_step_n"].sum())
-    return out
-
-
-#: More work: at least this share more compute operators per step than the peers' median (and MORE_OPS_MIN).
-MORE_WORK_SHARE = 0.02
-
-
-def _more_work(job: Any, inst: pd.DataFrame, stats: pd.DataFrame) -> pd.Series:
-    """Per stats row: the rank runs more compute operators per step than its peers (``more_ops`` ≥
-    ``MORE_OPS_MIN`` and ≥ ``MORE_WORK_SHARE`` of the peers' count, ``more_ops_share`` set), on a CPU-only job
-    without send/recv. Its own extra work then stands as the cause of the delay it imposes even where the host's
-    noise hides it in the compute times (a 15 % FSDP2 compute straggler: +234 operators per step over its peers'
-    106, its compute time within their ±50 ms swings). Not for pipelines, whose stages run different operators
-    by design, nor GPU traces (see :func:`_same_work_is_contention`)."""
-    no = pd.Series(False, index=stats.index)
-    stats["more_ops_share"] = np.nan
-    if "more_ops" not in stats or stats["more_ops"].isna().all():
-        return no
-    if inst is not None and len(inst) and (inst["kind"] == "p2p").any():
-        return no
-    ops = compute_ops_per_step(job)
-    base = stats["rank"].map(lambda r: float(np.median([v for k, v in ops.items() if k != r]))
-                             if r in ops and len(ops) > 1 else np.nan)
-    stats["more_ops_share"] = stats["more_ops"] / base.where(base > 0)
-    return (stats["more_ops"] >= MORE_OPS_MIN) & (stats["more_ops_share"] >= MORE_WORK_SHARE)
-
-
-def _same_work_is_contention(job: Any, cons: pd.DataFrame) -> pd.DataFrame:
-    """On a CPU-only job, a compute excess without more work is not consistent: ``more_ops`` per rank (its compute
-    operators per step minus its peers' median) and ``consistent`` False for a compute excess with
-    ``more_ops < MORE_OPS_MIN``.
-
-    Why: ranks of one data-, tensor- or FSDP-parallel job run the same operators every step (the real CPU runs:
-    91.0 per step on every rank of every clean DDP run), so a rank doing more work (an extra forward, a metric,
-    logging) runs more of them (+30 to +300 per step for the injected 10-40 % compute stragglers), while the rank
-    a shared host's scheduler slows runs the same ones longer (`real-cpu-perf-2/ddp4-clean`'s rank 2: +14 % compute
-    in 5 of 5 steps, 91.0 operators like its peers). A GPU running the same kernels slower is a real straggler (a
-    throttled or faulty device): GPU traces are not touched.
-    """
-    traces = getattr(job, "traces", None) or {}
-    if not len(cons) or not traces or not all(getattr(t, "device_type", "gpu") == "cpu" for t in traces.values()):
-        return cons
-    ops = compute_ops_per_step(job)
-    if len(ops) < 2:
-        return cons
-    more = {r: n - float(np.median([v for k, v in ops.items() if k != r])) for r, n in ops.items()}
-    cons = cons.copy()
-    cons["more_ops"] = cons["rank"].map(more)
-    same = (cons["excess_kind"] == "compute") & cons["more_ops"].notna() & (cons["more_ops"] < MORE_OPS_MIN)
-    cons.loc[same, "consistent"] = False
-    return cons
-
-
-CONSISTENCY_COLUMNS = ["rank", "excess_kind", "excess_steps", "excess_steps_above", "excess_share",
-                       "excess_spread", "excess_noise", "excess_z", "consistent"]
-
-
-def consistency_table(sources: tuple, ref: pd.Series) -> pd.DataFrame:
-    """:func:`excess_consistency` for any per-(rank, step) measures: ``sources`` = ((kind, frame, column), …),
-    each frame with rank, step and the column (ns); ``ref``: step → the step's median step time (ns). One row
-    per rank, the kind that passes (else the one with the larger z)."""
-    cols = CONSISTENCY_COLUMNS
-    rows = []
-    for kind, df, col in sources:
-        ex = _per_step_excess(df, col, ref)
-        if not len(ex) or ex.shape[1] < 2:
-            continue
-        a = ex.to_numpy(float)
-        n, k = a.shape
-        eff = np.median(a, axis=0)
-        spread = 1.4826 * np.median(np.abs(a - eff), axis=0)
-        noise = np.empty(k)
-        for j in range(k):  # k ranks, a few steps each: small
-            o = np.delete(a, j, axis=1).ravel()
-            # two ranks: the other's excess is this one's deficit, so the noise is the difference's own spread
-            noise[j] = spread[j] if k == 2 else 1.4826 * np.median(np.abs(o - np.median(o)))
-        noise = np.maximum(noise, NOISE_FLOOR)
-        z = eff / (noise / np.sqrt(n))
-        above = (a > 0).sum(axis=0)
-        ok = (n >= MIN_STEPS) & (above >= np.ceil(SIGN_FRAC * n)) & (eff >= EXCESS_MIN) & \
-            (eff >= SPREAD_K * spread) & (z >= Z_MIN)
-        rows.append(pd.DataFrame({"rank": ex.columns.to_numpy(np.int64), "excess_kind": kind, "excess_steps": n,
-                                  "excess_steps_above": above.astype(np.int64), "excess_share": eff,
-                                  "excess_spread": spread, "excess_noise": noise, "excess_z": z,
-                                  "consistent": ok}))
-    if not rows:
-        return pd.DataFrame({c: [] for c in cols})
-    both = pd.concat(rows, ignore_index=True)
-    both = both.sort_values(["rank", "consistent", "excess_z"], ascending=[True, False, False], kind="stable")
-    return both.drop_duplicates("rank")[cols].reset_index(drop=True)
 
 
 def compute_inside(lanes: Any, windows: tuple) -> np.ndarray:
