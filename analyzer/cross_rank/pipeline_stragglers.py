@@ -6,7 +6,7 @@ stage is judged by its own time per step against the other stages' and by the wa
 - cause: per step, the stage's **off-schedule work** (its busy time beyond its typical micro-batch blocks,
   pipeline_blocks.off_schedule_work: a partition-heavy stage does more in every block and has none) or its **host
   time** before its first compute (``first_activity_gap``), minus the median of the other stages', as a share of
-  the step; judged by the consistent-excess test of the collective stragglers (stragglers.consistency_table: ≥ 80 %
+  the step; judged by the consistent-excess test of the collective stragglers (excess.consistency_table: ≥ 80 %
   of ≥ 3 steps above zero, median effect ≥ 5 % of the step, ≥ 2 × its own spread, ≥ 3 standard errors of the
   peers' noise);
 - effect: per step, the other stages' median time waiting in their transfers minus its own (``wait_ns`` of the
@@ -22,6 +22,7 @@ from typing import Any, Optional
 import numpy as np
 import pandas as pd
 
+from analyzer.cross_rank import excess as ex
 from analyzer.cross_rank import stragglers as sg
 from analyzer.cross_rank.pipeline_blocks import RankBlocks
 
@@ -38,7 +39,7 @@ def _frames(job: Any, ranks: list[int], rbs: dict[int, RankBlocks]) -> tuple[pd.
     off = pd.DataFrame([{"rank": r, "step": k, "off_ns": float(sb.off_schedule_ns)}
                         for r in ranks if r in rbs for k, sb in rbs[r].steps.items() if k in steps],
                        columns=["rank", "step", "off_ns"])
-    gap = sg.first_activity_gap(job)
+    gap = ex.first_activity_gap(job)
     gap = gap[gap["rank"].isin(ranks) & gap["step"].isin(steps)] if len(gap) else gap
     wait = sm[["rank", "step", "wait_ns"]] if "wait_ns" in sm else pd.DataFrame(columns=["rank", "step", "wait_ns"])
     ref = sm.groupby("step")["step_time_ns"].median()
@@ -64,15 +65,15 @@ def _delays(wait: pd.DataFrame, ref: pd.Series) -> pd.DataFrame:
 def stage_straggler(job: Any, positions: list[list[int]], rbs: dict[int, RankBlocks]) -> Optional[dict]:
     """The pipeline's straggling stage (see the module docstring), or None: rank, stage, attribution (compute
     for off-schedule work, host for the host gap), delay_share, steps_delaying, steps, the excess columns of
-    stragglers.consistency_table, confidence and evidence."""
+    excess.consistency_table, confidence and evidence."""
     ranks = [r for rk in positions for r in rk if r in rbs]
     sm = getattr(job, "step_metrics", None)
     if len(ranks) < 2 or sm is None or not len(sm) or "wait_ns" not in sm or "step_time_ns" not in sm:
         return None
     off, gap, wait, ref = _frames(job, ranks, rbs)
-    if len(ref) < sg.MIN_STEPS:
+    if len(ref) < ex.MIN_STEPS:
         return None
-    cons = sg.consistency_table((("compute", off, "off_ns"), ("host", gap, "gap_ns")), ref)
+    cons = ex.consistency_table((("compute", off, "off_ns"), ("host", gap, "gap_ns")), ref)
     dl = _delays(wait, ref)
     if not len(cons) or not len(dl):
         return None
