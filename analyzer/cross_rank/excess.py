@@ -104,7 +104,10 @@ def compute_ops_per_step(job: Any) -> dict[int, float]:
             got = t.profile
         else:  # a full trace (Python API without an engine): computed here
             from analyzer.report.profile import rank_profile
-            got = rank_profile(t) if hasattr(t, "activity") else None
+            try:
+                got = rank_profile(t) if hasattr(t, "activity") else None
+            except (AttributeError, KeyError, TypeError):  # a hand-built stand-in without names or steps
+                got = None
         if got is None:
             continue
         rows = got[0]
