@@ -181,3 +181,13 @@ def test_cpu_compute_excess_needs_more_work_and_more_work_alone_can_name():
     assert list(_more_work(job({0: 91, 1: 121, 2: 91, 3: 91}), inst, stats)) == [False, True, False, False]
     assert abs(stats.loc[1, "more_ops_share"] - 30 / 91) < 1e-9
     assert not _more_work(job({0: 91, 1: 121, 2: 91, 3: 91}), pd.DataFrame({"kind": ["p2p"]}), stats).any()
+
+
+def test_median_of_the_other_ranks_without_a_loop():
+    import numpy as np
+
+    from analyzer.cross_rank.excess import _median_of_others
+    v = np.array([91.0, 333.8, 91.0, 91.0])
+    assert list(_median_of_others(v)) == [91.0, 91.0, 91.0, 91.0]
+    assert list(_median_of_others(np.array([106.0, 340.4, 106.0]))) == [223.2, 106.0, 223.2]
+    assert list(_median_of_others(np.array([1.0, 2.0]))) == [2.0, 1.0]

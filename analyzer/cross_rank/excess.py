@@ -115,6 +115,28 @@ def compute_ops_per_step(job: Any) -> dict[int, float]:
     return out
 
 
+def _median_of_others(v: np.ndarray) -> np.ndarray:
+    """Per element of ``v`` (≥ 2 values), the median of all the other elements: one sort, no n² loop."""
+    n = len(v)
+    order = np.argsort(v, kind="stable")
+    srt = v[order]
+    pos = np.empty(n, np.int64)
+    pos[order] = np.arange(n)
+
+    def at(q: int) -> np.ndarray:  # the q-th smallest of the others (the element itself taken out)
+        return np.where(q < pos, srt[q], srt[min(q + 1, n - 1)])
+    m = n - 1
+    return at(m // 2) if m % 2 else (at(m // 2 - 1) + at(m // 2)) / 2
+
+
+def _more_ops(ops: dict[int, float]) -> dict[int, tuple[float, float]]:
+    """Per rank: (its compute operators per step minus the median of the other ranks', that median)."""
+    ranks = list(ops)
+    v = np.array([ops[r] for r in ranks], dtype=np.float64)
+    med = _median_of_others(v)
+    return {r: (float(v[i] - med[i]), float(med[i])) for i, r in enumerate(ranks)}
+
+
 #: More work: at least this share more compute operators per step than the peers' median (and MORE_OPS_MIN).
 MORE_WORK_SHARE = 0.02
 
@@ -133,8 +155,9 @@ def _more_work(job: Any, inst: pd.DataFrame, stats: pd.DataFrame) -> pd.Series:
     if inst is not None and len(inst) and (inst["kind"] == "p2p").any():
         return no
     ops = compute_ops_per_step(job)
-    base = stats["rank"].map(lambda r: float(np.median([v for k, v in ops.items() if k != r]))
-                             if r in ops and len(ops) > 1 else np.nan)
+    if len(ops) < 2:
+        return no
+    base = stats["rank"].map({r: m for r, (_, m) in _more_ops(ops).items()})
     stats["more_ops_share"] = stats["more_ops"] / base.where(base > 0)
     return (stats["more_ops"] >= MORE_OPS_MIN) & (stats["more_ops_share"] >= MORE_WORK_SHARE)
 
@@ -157,7 +180,7 @@ def _same_work_is_contention(job: Any, cons: pd.DataFrame) -> pd.DataFrame:
     ops = compute_ops_per_step(job)
     if len(ops) < 2:
         return cons
-    more = {r: n - float(np.median([v for k, v in ops.items() if k != r])) for r, n in ops.items()}
+    more = {r: d for r, (d, _) in _more_ops(ops).items()}
     cons = cons.copy()
     cons["more_ops"] = cons["rank"].map(more)
     same = (cons["excess_kind"] == "compute") & cons["more_ops"].notna() & (cons["more_ops"] < MORE_OPS_MIN)
