@@ -85,6 +85,17 @@ def _straggler_confidence(delay: float, share: float, held: float, delay_min: fl
     return round(max(0.0, 0.5 * a + 0.5 * b) * min(1.0, held), 3)
 
 
+def _stage_straggler(ctx: Context) -> Optional[dict]:
+    """The pipeline section's straggling stage (analyzer/cross_rank/pipeline_stragglers.py) as a straggler:
+    its own off-schedule work or host time exceeds the other stages' consistently and they wait for it."""
+    x = (ctx.cross.get("pipeline") or {}).get("stage_straggler")
+    if not isinstance(x, dict) or x.get("rank") is None:
+        return None
+    return {"rank": int(x["rank"]), "cost": min(1.0, num(x.get("delay_share")) or 0.0),
+            "attribution": str(x.get("attribution") or "unknown"), "confidence": num(x.get("confidence")) or 0.0,
+            "evidence": [Evidence(str(x.get("evidence") or ""))]}
+
+
 def straggler_info(ctx: Context) -> Optional[dict]:
     """The straggler (rank, cost, attribution, evidence) from the cross-rank hold-ups, else from per-step compute.
 
@@ -97,8 +108,9 @@ def straggler_info(ctx: Context) -> Optional[dict]:
         return None  # arrival order on unaligned clocks means nothing, and traces whose collectives cannot be
         # matched may not even be one job (CLOCK001 says so)
     rows = [r for r in s.get("per_rank") or [] if r.get("rank") is not None]
-    if not rows:  # no cross-rank data at all: fall back on per-step compute (GPU traces only)
-        return _compute_straggler(ctx)
+    stage = _stage_straggler(ctx)
+    if not rows:  # no collectives: a pipeline's straggling stage, else per-step compute (GPU traces only)
+        return stage or _compute_straggler(ctx)
     dmin, smin = ctx.t("straggler_cost_min"), ctx.t("straggler_share_min")
     scons = ctx.t("straggler_share_consistent")
 
@@ -110,13 +122,14 @@ def straggler_info(ctx: Context) -> Optional[dict]:
             return False
         # the consistent-excess path also needs the wait it imposes to recur (a material delay in half the steps)
         recurs = int(r.get("steps_delaying") or 0) >= max(1, -(-n_steps // 2))
-        return sh >= smin or (bool(r.get("consistent_excess")) and sh >= scons and recurs)
+        own = bool(r.get("consistent_excess")) or bool(r.get("more_work"))  # its own work stands out
+        return sh >= smin or (own and sh >= scons and recurs)
 
     # the largest delay among the ranks that pass (a rank whose own work is consistently longer may hold a
     # smaller share of the hold-ups than the one noise made late once); none pass: no straggler
     ok = [r for r in rows if passes(r)]
     if not ok:
-        return None
+        return stage  # send/recv hold nobody up in the collectives' sense: a pipeline stage's own excess may
     row = max(ok, key=lambda r: (num(r.get("delay_per_step_us")) or 0.0, -int(r["rank"])))
     rank = int(row["rank"])
     delay, share = num(row.get("delay_share")) or 0.0, num(row.get("holdup_share")) or 0.0
@@ -126,7 +139,7 @@ def straggler_info(ctx: Context) -> Optional[dict]:
                    f"ms per step ({pct(delay)} of the step, threshold straggler_cost_min {pct(dmin)}; {pct(share)} "
                    f"of all waiting for a single rank, threshold "
                    + (f"straggler_share_min {pct(smin)})" if share >= smin else
-                      f"straggler_share_consistent {pct(scons)} with a consistent excess)")),
+                      f"straggler_share_consistent {pct(scons)} with a consistent excess or more work)")),
           Evidence(f"it arrives last at {pct(last)} of the collectives with a clear last arrival (times last: "
                    f"{row.get('times_last')}); wait imposed on the others "
                    + (f"{imposed / n_steps / 1000:.2f} ms per step ({imposed / 1000:.2f} ms summed over {n_steps} "
@@ -194,12 +207,18 @@ def straggler(ctx: Context) -> Iterator[Finding]:
     by the delay it alone causes (the others have all arrived and wait for it) and by its part of all such
     delay; arrival counts are supporting evidence (docs/cross-rank.md). On a noisy machine, where the hold-ups
     split between ranks, a rank whose own compute or host time exceeds its peers' median consistently (≥ 80 %
-    of ≥ 3 steps, by ≥ 5 % of the step and ≥ 3 standard errors of the peers' noise) and whose delay recurs in
-    half the steps needs only ``straggler_share_consistent`` of the hold-ups; one the hold-ups name without
-    such an excess (and no link difference) is a "may be". Falls back on per-step compute when
-    there are no cross-rank data. Cost: its delay per step as a fraction of the median step. A finding with
-    confidence below 0.5 (both thresholds passed by thin margins, where a clean run's noise lives) is an info
-    titled "may be a straggler".
+    of ≥ 3 steps, by ≥ 5 % of the step and ≥ 3 standard errors of the peers' noise; on a CPU-only job a compute
+    excess also needs more compute operators per step than its peers: the same work run longer is the host's
+    contention; or, CPU-only without send/recv, it runs ≥ 2 % more compute operators per step: more work of its
+    own) and whose delay recurs in half the steps needs only ``straggler_share_consistent`` of the hold-ups; one the hold-ups name without
+    such an excess (and no link difference) is a "may be". In a pipeline, whose send/recv hold nobody up in
+    this sense, a stage is the straggler when its own work outside its typical micro-batch blocks (or its host
+    time) exceeds the other stages' by the same consistent-excess test and they wait in their transfers for it
+    ≥ 5 % of the step in half the steps (docs/cross-rank.md, "Pipeline stage straggler"); a stage heavy by
+    partition stays PIPE001's. Falls back on per-step compute when there are no cross-rank data. A rank whose
+    trace was cut off mid-write is compared only on the steps it fully has (the evidence says which it lacks).
+    Cost: its delay per step as a fraction of the median step. A finding with confidence below 0.5 (both
+    thresholds passed by thin margins, where a clean run's noise lives) is an info titled "may be a straggler".
     """
     info = straggler_info(ctx)
     if info is None:
@@ -210,11 +229,31 @@ def straggler(ctx: Context) -> Iterator[Finding]:
     if ctx.cpu_only():  # gloo on CPUs: there is no GPU to blame
         why = why.replace("a slower GPU", "a slower or busier CPU")
     weak = info["confidence"] < WEAK_STRAGGLER
+    dmg = damage_note(ctx)
     yield Finding(title=(f"Rank {r} may be a straggler" if weak else f"Rank {r} is a straggler")
                   + (f": {why}" if why else ""), confidence=info["confidence"],
-                  severity="info" if weak else "warning", evidence=info["evidence"], cost=info["cost"],
+                  severity="info" if weak else "warning", evidence=info["evidence"] + ([dmg] if dmg else []),
+                  cost=info["cost"],
                   subject=Subject(ranks=[r], process_group=None if g is None else str(g.get("name"))),
                   involved=_all_ranks(ctx) | {r}, extra={"attribution": info["attribution"]})
+
+
+def damage_note(ctx: Context) -> Optional[Evidence]:
+    """What the cross-rank comparison of step times left out because a trace was cut off mid-write (the report's
+    ranks[].cut), or None: such a rank is compared only on the steps it fully has."""
+    parts = []
+    for r in ctx.report.get("ranks") or []:
+        cut = r.get("cut") or {}
+        steps = sorted({int(x["step"]) for x in cut.get("excluded_steps") or [] if x.get("step") is not None}
+                       | {int(x) for x in cut.get("lost_steps") or []})
+        if cut and steps:
+            parts.append(f"rank {r.get('rank')} (its trace was cut off mid-write) is left out of step"
+                         f"{'s' if len(steps) > 1 else ''} {', '.join(str(x) for x in steps[:8])}"
+                         f"{' …' if len(steps) > 8 else ''}")
+    if not parts:
+        return None
+    return Evidence("; ".join(parts) + ": step times and hold-ups are compared only on the steps each rank fully "
+                    "has")
 
 
 def _spread_rows(ctx: Context) -> list[dict]:
@@ -252,7 +291,8 @@ def step_spread(ctx: Context) -> Iterator[Finding]:
     time on the faster ranks. A spread caused by a straggler is listed under LOAD001. With cross-rank data a
     step's slowest rank is the one it waited for (the largest hold-up, when material; else the longest step),
     so this finding and LOAD001 name the same rank. Severity warning when the same rank is the slowest in most
-    steps (and, with cross-rank data, is the straggler LOAD001 names); info otherwise (jitter). Cost: the
+    steps (and, with cross-rank data, is the straggler LOAD001 names as a warning, not a "may be"); info
+    otherwise (jitter). Cost: the
     median over steps of (max − median) / max. Not judged when the clocks could not be aligned (traces
     whose collectives do not match may come from different jobs).
     """
@@ -268,7 +308,9 @@ def step_spread(ctx: Context) -> Iterator[Finding]:
     persistent = top is not None and len(rows) >= 3 and slow.count(top) >= ctx.t("persistent_frac") * len(rows)
     if persistent and (ctx.cross.get("stragglers") or {}).get("per_rank"):
         s = straggler_info(ctx)  # with cross-rank data the slowest rank of a step is the one it waited for:
-        persistent = s is not None and s["rank"] == int(top)  # persistent only if that is the straggler
+        # persistent only if that is the straggler, and one LOAD001 names firmly (not a "may be": a warning
+        # here must not name a rank more surely than the straggler rule does)
+        persistent = s is not None and s["rank"] == int(top) and s["confidence"] >= WEAK_STRAGGLER
     costs = [((num(r.get("max_us")) or 0) - (num(r.get("median_us")) or 0)) / num(r.get("max_us"))
              for r in rows if num(r.get("max_us"))]
     worst = max(rows, key=lambda r: num(r["spread"]) or 0)
@@ -285,7 +327,8 @@ def step_spread(ctx: Context) -> Iterator[Finding]:
                   evidence=[Evidence(f"step {worst.get('step')}: {num(worst.get('min_us')) or 0:.0f}–"
                                      f"{num(worst.get('max_us')) or 0:.0f} µs (spread {pct(num(worst['spread']))}), "
                                      f"{_waited_for(ctx)}: {worst.get('slowest_rank')}"),
-                            Evidence(f"{_waited_for(ctx)}, per step: " + ", ".join(str(s) for s in slow[:16]))])
+                            Evidence(f"{_waited_for(ctx)}, per step: " + ", ".join(str(s) for s in slow[:16]))]
+                  + ([dmg] if (dmg := damage_note(ctx)) is not None else []))
 
 
 def _waited_for(ctx: Context) -> str:

@@ -67,8 +67,15 @@ def _step_noise(steps: dict[int, list[float]]) -> Optional[float]:
     return sds[n // 2] if n % 2 else (sds[n // 2 - 1] + sds[n // 2]) / 2
 
 
-def _imbalance(p: dict) -> Optional[Evidence]:
-    """Which stage works most, against the median stage (the usual cause of extra bubble), above the noise."""
+def _imbalance(p: dict) -> tuple[Optional[Evidence], bool]:
+    """Which stage works most, against the median stage (the usual cause of extra bubble), above the noise;
+    and whether that stage is named heavy."""
+    ev = _imbalance_evidence(p)
+    return ev, ev is not None and ev.text.endswith("the other stages wait for it")
+
+
+def _imbalance_evidence(p: dict) -> Optional[Evidence]:
+    """The evidence of :func:`_imbalance`."""
     steps = _stage_steps(p)
     work = {k: sum(v) / len(v) for k, v in steps.items()}
     if len(work) < 2:
@@ -121,9 +128,13 @@ def bubble_high(ctx: Context) -> Iterator[Finding]:
     transfers. The evidence names the stage that works most when it works ≥ 1.1× the median stage and its
     excess is ≥ 3× the step-to-step noise (the median over stages of the standard deviation of a stage's work
     across steps: identical stages on a CPU-contended run differ by 1.4× in one step and swap in the next);
-    else it says the stages work alike within the noise. Silent when p, m or v were inferred with confidence
-    below 0.5, and for zero-bubble schedules (no closed-form theory). Cost: the excess bubble (fraction of the
-    step).
+    else it says the stages work alike within the noise. The bubble counts as idle the stages' own time outside
+    their work — moving the data inside send/recv after the peer arrived, and host work between ops
+    (``mean_own_idle_share``) — which no schedule theory has and no neighbour caused: when no stage is heavy and
+    the excess minus that own time is below ``bubble_excess``, the finding is an info that says so (a transfer-
+    or host-bound pipeline, e.g. 4 CPU stages on 2 shared cores, not a schedule or balance problem). Silent when
+    p, m or v were inferred with confidence below 0.5, and for zero-bubble schedules (no closed-form theory).
+    Cost: the excess bubble (fraction of the step).
     """
     p = _pipe(ctx)
     meas, theo = num(p.get("mean_bubble_rate")), num(p.get("theoretical_bubble"))
@@ -142,16 +153,28 @@ def bubble_high(ctx: Context) -> Iterator[Finding]:
             worst[int(s["rank"])] = max(worst.get(int(s["rank"]), 0.0), b)
     ev = [Evidence(f"mean bubble {pct(meas)} vs theoretical {pct(theo)} for p={p.get('p')}, m={p.get('m')}"
                    f"{', v=' + str(p.get('v')) if (num(p.get('v')) or 1) > 1 else ''}, schedule {p.get('schedule')}")]
-    imb = _imbalance(p)
+    imb, heavy = _imbalance(p)
     if imb is not None:
         ev.append(imb)
     if worst:
         r = max(worst, key=worst.get)
         ev.append(Evidence(f"highest: rank {r} at {pct(worst[r])}"))
+    own = num(p.get("mean_own_idle_share"))
+    # the stages' own transfer and host time count as idle in the bubble, but no schedule theory has them and no
+    # neighbour made the stage wait for them: what is left of the excess is the waiting the schedule did not plan
+    weak = own is not None and not heavy and excess - own < ctx.t("bubble_excess")
+    if own is not None:
+        ev.append(Evidence(f"of the {pct(excess)} above theory, the stages' own time outside their work (moving the "
+                           f"data inside send/recv, host work between ops) is {pct(own)} of the window: "
+                           + (f"{pct(max(0.0, excess - own))} is left as waiting on a neighbour, under the "
+                              f"{pct(ctx.t('bubble_excess'))} threshold (a transfer- or host-bound pipeline, e.g. "
+                              "a CPU-contended one, rather than a schedule or balance problem)" if weak else
+                              f"{pct(max(0.0, excess - own))} is waiting on a neighbour")))
     ranks = sorted({int(x) for st in p.get("stage_ranks") or [] for x in st})
-    yield Finding(title=f"Pipeline bubble {pct(meas)}, theory {pct(theo)} for this schedule",
-                  confidence=min(0.9, conf), evidence=ev, cost=excess, subject=Subject(ranks=ranks),
-                  involved=set(ranks))
+    yield Finding(title=f"Pipeline bubble {pct(meas)}, theory {pct(theo)} for this schedule"
+                        + (": the excess is the stages' own transfer and host time" if weak else ""),
+                  confidence=min(0.45 if weak else 0.9, conf), evidence=ev, cost=excess,
+                  severity="info" if weak else "warning", subject=Subject(ranks=ranks), involved=set(ranks))
 
 
 @rule("PIPE002", "Too few micro-batches for the pipeline depth (m < 4p)", "info",

@@ -1,4 +1,4 @@
-"""stragglers.median_of_others: each rank's peers' median per step from the sorted rows, exactly what masking the
+"""excess.median_of_others (re-exported by stragglers): each rank's peers' median per step from the sorted rows, exactly what masking the
 rank out and taking np.nanmedian gives (it replaced that steps x ranks x ranks stack)."""
 from __future__ import annotations
 

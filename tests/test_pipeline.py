@@ -199,3 +199,16 @@ def test_nccl_send_recv_kernels_name_their_peer(tmp_path):
     c = t.collectives.sort_values("start")
     assert c["op"].tolist() == ["send", "recv", "recv"]
     assert c["peer"].tolist() == [3, 1, -1]
+
+
+def test_off_schedule_work_is_what_the_typical_blocks_do_not_hold():
+    """Busy time minus each block capped at its label's median block: a partition-heavy stage (every block
+    longer) leaves nothing, a once-per-step extra (one block longer, or work between blocks) stays."""
+    from analyzer.cross_rank.pipeline_blocks import off_schedule_work
+    even = [(1, 0, 10, 10), (1, 20, 30, 10), (2, 40, 60, 20), (2, 70, 90, 20)]
+    assert off_schedule_work(60, even) == 0
+    heavy = [(1, 0, 20, 20), (1, 30, 50, 20), (2, 60, 100, 40), (2, 110, 150, 40)]
+    assert off_schedule_work(120, heavy) == 0
+    extra = [(1, 0, 25, 25), (1, 30, 40, 10), (1, 50, 60, 10), (2, 70, 90, 20), (2, 100, 120, 20)]
+    assert off_schedule_work(85 + 7, extra) == 15 + 7   # 15 beyond the median forward, 7 outside every block
+    assert off_schedule_work(33, []) == 33

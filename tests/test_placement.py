@@ -36,23 +36,40 @@ def _job(rows, compute, ranks=(0, 1, 2, 3), steps=(1, 2, 3)):
     return job, pd.DataFrame(inst), pd.DataFrame(mem)
 
 
-def _misplaced(bad=2, late=True):
-    rows, comp = [], {r: [] for r in range(4)}
+def _misplaced(bad=2, late=True, n=4):
+    rows, comp = [], {r: [] for r in range(n)}
     for s in (1, 2, 3):
         t0 = s * STEP
         if late:  # bad: forward, metrics, backward; the others: metrics (wait for bad's forward), forward, …
-            metrics = {r: t0 + (FWD if r == bad else 0) for r in range(4)}
-            fwd_end = {r: t0 + FWD if r == bad else t0 + FWD + 2_000 + FWD for r in range(4)}
+            metrics = {r: t0 + (FWD if r == bad else 0) for r in range(n)}
+            fwd_end = {r: t0 + FWD if r == bad else t0 + FWD + 2_000 + FWD for r in range(n)}
         else:  # bad: metrics (waits for the others' forwards), forward; the others: forward, metrics
-            metrics = {r: t0 + (0 if r == bad else FWD) for r in range(4)}
-            fwd_end = {r: t0 + FWD + 2_000 + FWD if r == bad else t0 + FWD for r in range(4)}
+            metrics = {r: t0 + (0 if r == bad else FWD) for r in range(n)}
+            fwd_end = {r: t0 + FWD + 2_000 + FWD if r == bad else t0 + FWD for r in range(n)}
         rows.append((s, "allreduce", 4, metrics))
-        rows.append((s, "allreduce", 1000, {r: fwd_end[r] + 100_000 for r in range(4)}))
-        rows.append((s, "allreduce", 2000, {r: fwd_end[r] + 200_000 for r in range(4)}))
-        for r in range(4):
+        rows.append((s, "allreduce", 1000, {r: fwd_end[r] + 100_000 for r in range(n)}))
+        rows.append((s, "allreduce", 2000, {r: fwd_end[r] + 200_000 for r in range(n)}))
+        for r in range(n):
             f0 = fwd_end[r] - FWD
             comp[r] += [(f0, fwd_end[r]), (fwd_end[r], fwd_end[r] + 200_000)]
-    return _job(rows, comp)
+    return _job(rows, comp, ranks=tuple(range(n)))
+
+
+def test_with_three_ranks_only_the_rank_that_moved_the_call_is_named():
+    """Two peers: their median compute before entry is their mean (150 µs), so each healthy rank reads 150 µs
+    "early"; it differs from the misplaced rank but not from the other healthy one, and is not named."""
+    for late, bad in ((True, 2), (False, 0)):
+        job, inst, mem = _misplaced(bad=bad, late=late, n=3)
+        (m,) = analyse(job, inst, mem)["misplaced"]
+        assert (m["rank"], m["index_in_step"], m["late"]) == (bad, 0, late)
+
+
+def test_with_two_ranks_the_late_arrival_is_named():
+    """Two ranks that disagree at a site are one placement seen from both sides: the late one makes the other
+    wait there (and nothing else tells which rank moved the call)."""
+    job, inst, mem = _misplaced(bad=1, late=True, n=2)
+    (m,) = analyse(job, inst, mem)["misplaced"]
+    assert (m["rank"], m["late"]) == (1, True)
 
 
 def test_sites_are_op_size_and_position_in_the_step():

@@ -153,3 +153,41 @@ def test_excess_consistency_is_a_sign_test_with_an_effect_size_above_the_peers_n
     # peers' median per step: step 1 → median(0, 60k, −10k) = 0 → +200k; step 2 → 10k → +170k; step 3 → −10k → +230k
     assert r3["excess_share"] == 0.2 and abs(r3["excess_spread"] - 1.4826 * 0.03) < 1e-9
     assert not bool(out.loc[1, "consistent"])
+
+
+def test_cpu_compute_excess_needs_more_work_and_more_work_alone_can_name():
+    """On a CPU-only job the ranks of one data-parallel job run the same operators: a compute excess without more
+    of them is the host's contention (not consistent), and more of them (>= 2 %, no send/recv) is work of the
+    rank's own; GPU traces are left as they are."""
+    from types import SimpleNamespace
+
+    from analyzer.cross_rank.stragglers import _more_work, _same_work_is_contention
+
+    def job(counts, device="cpu"):
+        traces = {r: SimpleNamespace(device_type=device, profile=(pd.DataFrame(
+            {"name": ["aten::mm"], "kind": ["compute"], "per_step_n": [float(n)], "per_step_ns": [1.0]}), 3))
+            for r, n in counts.items()}
+        return SimpleNamespace(traces=traces)
+
+    cons = pd.DataFrame({"rank": [0, 1, 2, 3], "excess_kind": ["compute", "compute", "host", "host"],
+                         "consistent": [True, True, False, False]})
+    out = _same_work_is_contention(job({0: 91, 1: 121, 2: 91, 3: 91}), cons).set_index("rank")
+    assert list(out["more_ops"]) == [0.0, 30.0, 0.0, 0.0]
+    assert not out.loc[0, "consistent"] and out.loc[1, "consistent"]  # same operators, longer: contention
+    gpu = _same_work_is_contention(job({0: 91, 1: 121, 2: 91, 3: 91}, device="cuda"), cons)
+    assert "more_ops" not in gpu and bool(gpu.set_index("rank").loc[0, "consistent"])
+    stats = out.reset_index()[["rank", "more_ops"]].copy()
+    inst = pd.DataFrame({"kind": ["collective"]})
+    assert list(_more_work(job({0: 91, 1: 121, 2: 91, 3: 91}), inst, stats)) == [False, True, False, False]
+    assert abs(stats.loc[1, "more_ops_share"] - 30 / 91) < 1e-9
+    assert not _more_work(job({0: 91, 1: 121, 2: 91, 3: 91}), pd.DataFrame({"kind": ["p2p"]}), stats).any()
+
+
+def test_median_of_the_other_ranks_without_a_loop():
+    import numpy as np
+
+    from analyzer.cross_rank.excess import median_of_others
+    v = np.array([91.0, 333.8, 91.0, 91.0])
+    assert list(median_of_others(v[None, :])[0]) == [91.0, 91.0, 91.0, 91.0]
+    assert list(median_of_others(np.array([[106.0, 340.4, 106.0]]))[0]) == [223.2, 106.0, 223.2]
+    assert list(median_of_others(np.array([[1.0, 2.0]]))[0]) == [2.0, 1.0]

@@ -39,9 +39,9 @@ def _runs(kinds: tuple, held_out: bool) -> list[str]:
 
 
 #: stragglers the first warning names right (rank and kind), tuned runs; pp2-host-15 is a pipeline stage
-#: straggler (send/recv only: not judged by the collective hold-ups) and stays unnamed
+#: straggler (send/recv only: named by its own host time against the other stage's and the wait it causes)
 NAMED = ["ddp4-data-25", "ddp4-host-15", "fsdp3-compute-25", "fsdp3-data-15", "fsdp3-host-10", "tp2-compute-15",
-         "tp2-host-25"]
+         "tp2-host-25", "pp2-host-15"]
 
 
 @pytest.mark.parametrize("run", NAMED)
@@ -84,18 +84,61 @@ def test_a_misplaced_metrics_all_reduce_is_named_with_its_rank_and_call_site():
     assert {"COMM001", "LOAD001"} <= {c["id"] for c in f["consequences"]}  # the waits, not their causes
 
 
-@pytest.mark.parametrize("run", [r for r in _runs(("none", "comm_bound"), held_out=False) if r != "ddp4-clean"])
+@pytest.mark.parametrize("run", _runs(("none", "comm_bound"), held_out=False))
 def test_clean_runs_get_no_straggler_finding(run):
     assert judge.straggler_on_clean(_truth(run), _report(run)["findings"]) is None
 
 
-@pytest.mark.xfail(strict=True, reason="rank 2 of this clean run is the last at 14 of 15 all-reduces and computes "
-                                       "25 % more than its peers in 5 of 5 steps in the trace (the shared machine's "
-                                       "scheduler): nothing in the traces tells it from a compute straggler")
-def test_clean_ddp4_has_no_straggler():
-    assert judge.straggler_on_clean(_truth("ddp4-clean"), _report("ddp4-clean")["findings"]) is None
+def test_a_scheduler_victim_is_only_a_may_be():
+    """ddp4-clean: rank 2 is last at 14 of 15 all-reduces and computes 14 % more than its peers in 5 of 5 steps,
+    but it runs the same 91 compute operators per step as they do: the same work run longer (the shared host's
+    scheduler), not more work, so on a CPU-only job it is no consistent excess; the hold-ups alone make it an info
+    "may be", and LOAD002 does not warn about it either."""
+    rep = _report("ddp4-clean")
+    row = next(r for r in rep["cross_rank"]["stragglers"]["per_rank"] if r["rank"] == 2)
+    assert row["excess_kind"] == "compute" and (row["excess_steps_above"], row["excess_steps"]) == (5, 5)
+    assert row["excess_share"] > 0.1 and row["more_compute_ops"] == 0.0 and not row["consistent_excess"]
+    f = next(f for f in rep["findings"] if f["id"] == "LOAD001")
+    assert f["severity"] == "info" and f["title"].startswith("Rank 2 may be a straggler")
+    assert any("the same compute operators per step as its peers" in e["text"] for e in f["evidence"])
+    assert all(g["severity"] == "info" for g in rep["findings"] if g["id"] == "LOAD002")
+
+
+@pytest.mark.slow
+def test_the_same_work_run_longer_on_another_host_is_a_straggler(tmp_path):
+    """The scheduler-victim guard is for ranks that share one host's cores: put ddp4-clean's rank 2 on another host
+    (its trace's host_name, nothing else changed) and its consistent +14 % compute in 5 of 5 steps is that node's
+    own slowness, named as a compute straggler again."""
+    import gzip
+    import shutil
+    run = tmp_path / "ddp4-clean-two-hosts"
+    shutil.copytree(BED / "ddp4-clean", run)
+    p = run / "rank2.pt.trace.json.gz"
+    doc = json.loads(gzip.decompress(p.read_bytes()))
+    assert doc["host_name"] == "vm"
+    doc["host_name"] = "node-b"
+    p.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    rep = run_analysis(load_job([str(run)], jobs=1))
+    row = next(r for r in rep["cross_rank"]["stragglers"]["per_rank"] if r["rank"] == 2)
+    assert row["excess_kind"] == "compute" and row["more_compute_ops"] is None and row["consistent_excess"]
+    f = next(f for f in rep["findings"] if f["id"] == "LOAD001")
+    assert f["severity"] == "warning" and f["title"].startswith("Rank 2"), f["title"]
+
+
+@pytest.mark.parametrize("run", ["ddp4-compute-10", "ddp4-compute-25", "ddp4-compute-40", "fsdp3-compute-25",
+                                 "fsdp3-compute-40", "tp2-compute-15"])
+def test_a_compute_straggler_runs_more_operators(run):
+    """The injected compute (extra matmuls) is more work: the straggler runs ≥ 25 more compute operators per step
+    than its peers' median, no other rank more than its own peers' median."""
+    r = _truth(run)["target_rank"]
+    rows = {x["rank"]: x for x in _report(run)["cross_rank"]["stragglers"]["per_rank"]}
+    assert rows[r]["more_compute_ops"] >= 25 and rows[r]["consistent_excess"]
+    assert all(x["more_compute_ops"] <= 0.5 for k, x in rows.items() if k != r)
 
 
 def test_identical_pipeline_stages_are_not_named_heavy():
+    """pp2-1f1b-clean: 32 % bubble against a 20 % theory, but the stages' own transfer and host time are 12.5 % of
+    the window: PIPE001 is an info that says so, and names no stage heavy."""
     f = next(f for f in _report("pp2-1f1b-clean")["findings"] if f["id"] == "PIPE001")
     assert not any("the other stages wait for it" in e["text"] for e in f["evidence"])
+    assert f["severity"] == "info" and "own transfer and host time" in f["title"]

@@ -24,6 +24,7 @@ import pandas as pd
 from analyzer.cross_rank import pipeline_schedule as ps
 from analyzer.cross_rank.member_parts import as_parts
 from analyzer.cross_rank.pipeline_blocks import RankBlocks, rank_blocks
+from analyzer.cross_rank.pipeline_stragglers import stage_straggler
 from analyzer.rank import intervals as iv
 from analyzer.rank.summary import collective_column
 
@@ -216,6 +217,29 @@ def stage_bubbles(positions: list[list[int]], rbs: dict[int, RankBlocks], theo: 
     return rows
 
 
+def _own_time(job: Any, per_stage: list[dict]) -> Optional[float]:
+    """Adds to each per-stage row the stage's own non-work time in its step — ``transfer_us`` (inside its
+    send/recv after the peer was there: moving the data) and ``host_idle_us`` (outside every traced op: host
+    work, the scheduler) — from the per-step metrics, and returns their mean share of the window W(k) (each row
+    capped at 1), or None without those metrics. The bubble counts this time as idle, but it is the stage's own:
+    no schedule theory has it, and no neighbour made the stage wait for it."""
+    sm = getattr(job, "step_metrics", None)
+    if sm is None or not len(sm) or not {"transfer_ns", "idle_ns"} <= set(sm.columns) or not per_stage:
+        return None
+    t = sm.set_index(["rank", "step"])[["transfer_ns", "idle_ns"]]
+    shares = []
+    for x in per_stage:
+        k = (x["rank"], x["step"])
+        if k not in t.index or not x["window_us"]:
+            continue
+        tr, idle = (float(v) for v in t.loc[k])
+        if not (np.isfinite(tr) and np.isfinite(idle)):
+            continue
+        x["transfer_us"], x["host_idle_us"] = tr / 1e3, idle / 1e3
+        shares.append(min(1.0, (tr + idle) / 1e3 / x["window_us"]))
+    return float(np.mean(shares)) if shares else None
+
+
 def _blocks_of(job: Any, ranks: list[int]) -> dict[int, RankBlocks]:
     cache = job.cache.setdefault("pipeline_blocks", {}) if hasattr(job, "cache") else {}
     for r in ranks:
@@ -303,6 +327,7 @@ def analyse(job: Any, inst: pd.DataFrame, members: Any, offsets: Optional[dict[i
     for res in results:
         per_stage += stage_bubbles(res["positions"], rbs, theo)
     per_stage.sort(key=lambda x: (x["step"], x["stage"], x["rank"]))
+    own = _own_time(job, per_stage)
     rates = [x["bubble_rate"] for x in per_stage]
     same = all((r["inf"].p, r["inf"].m, r["inf"].v, r["inf"].schedule) == (p, m, v, inf.schedule) for r in results)
     evidence = f"{len(results)} pipeline(s); {inf.evidence[0]}; p={p} m={m} v={v} {inf.schedule} (confidence " \
@@ -312,9 +337,12 @@ def analyse(job: Any, inst: pd.DataFrame, members: Any, offsets: Optional[dict[i
             f"{[rk[0] for rk in r['positions']]}: p={r['inf'].p} m={r['inf'].m} v={r['inf'].v} {r['inf'].schedule}"
             for r in results)
     coarse = COARSE_SCHEDULE.get(inf.schedule, "interleaved" if (v or 1) > 1 else "1f1b")
+    strag = [x for x in (stage_straggler(job, res["positions"], rbs) for res in results) if x is not None]
+    strag = max(strag, key=lambda x: (x["delay_share"], -x["rank"])) if strag else None
     return {"detected": True, "p": p, "m": m, "v": v, "schedule": coarse, "stage_ranks": stage_ranks,
             "per_stage": per_stage, "mean_bubble_rate": float(np.mean(rates)) if rates else None,
             "theoretical_bubble": theo, "evidence": evidence, "bubble_window": "stage0_span",
+            "stage_straggler": strag, "mean_own_idle_share": own,
             "inference": inf.to_dict(),
             "pipelines": [{"process_group": r["pg"], "stages": [rk[0] for rk in r["positions"]],
                            "stage_ranks": r["positions"], "p": r["inf"].p, "m": r["inf"].m, "v": r["inf"].v,

@@ -57,6 +57,7 @@ class StepBlocks:
     send_starts: np.ndarray
     recv_starts: np.ndarray
     actions: list = field(default_factory=list)   # [(kind F|I|B|W, stage or None, mb)] in time order
+    off_schedule_ns: int = 0        # work beyond the step's typical micro-batch blocks (see off_schedule_work)
 
 
 @dataclass
@@ -197,6 +198,26 @@ def _blocks(lab: np.ndarray, s: np.ndarray, e: np.ndarray, cuts: np.ndarray, cut
     return [x[:4] for x in runs]
 
 
+def off_schedule_work(busy_ns: int, blocks: list[tuple[int, int, int, int]]) -> int:
+    """The step's work that is not its typical micro-batch work: its busy time minus, per block, the block's
+    busy time capped at the median block of its label (F or B) in the step.
+
+    Why: a stage that is heavy by partition (more layers) does more in *every* micro-batch block, so its median
+    block grows and nothing is left over; a rank that does extra work once per step (a metric, a logging or
+    checkpoint call, an extra forward before ``schedule.step``) lengthens one block or adds work between them,
+    which stays here. Per-step excess of this over the other stages' is a straggler's own work (LOAD001); the
+    heavy stage is PIPE001's. Data preparation before the first transfer also lands here (every stage has it).
+    """
+    if not blocks:
+        return int(busy_ns)
+    labs = np.array([b[0] for b in blocks])
+    busy = np.array([b[3] for b in blocks], dtype=np.float64)
+    cap = np.empty(len(blocks))
+    for lb in np.unique(labs):
+        cap[labs == lb] = np.median(busy[labs == lb])
+    return int(max(0.0, busy_ns - np.minimum(busy, cap).sum()))
+
+
 def rank_blocks(rank: int, trace: Any) -> RankBlocks:
     """Per complete step: pipeline compute, labelled blocks, transfers (see the module docstring)."""
     a, ann = trace.activity, trace.annotations
@@ -257,7 +278,8 @@ def rank_blocks(rank: int, trace: Any) -> RankBlocks:
             recv_peers=recvs["peer"].to_numpy() if len(recvs) else np.empty(0, np.int64),
             send_starts=sends["start"].to_numpy() if len(sends) else np.empty(0, np.int64),
             recv_starts=recvs["start"].to_numpy() if len(recvs) else np.empty(0, np.int64),
-            actions=list(zip(act["kind"], act["stage"], act["mb"])) if len(act) else [])
+            actions=list(zip(act["kind"], act["stage"], act["mb"])) if len(act) else [],
+            off_schedule_ns=off_schedule_work(iv.total(u), blocks))
     stages = sorted({int(x) for x in actions["stage"] if x >= 0}) if len(actions) else []
     gp = bool(len(actions)) and bool((actions["stage"] < 0).any())
     return RankBlocks(rank, trace.device_type, steps, how, peers_given, stages, gp)

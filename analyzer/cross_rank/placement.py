@@ -16,7 +16,10 @@ Found in three steps, each on small answers:
 3. **The site moved** (asked where each rank's compute is, :func:`compute_before`). At each of the
    candidate's sites, the compute it did in its step before entering, minus the median of its peers': the
    misplaced collective is where that differs by ≥ ``MATERIAL`` of the step (it entered after its forward,
-   the others before theirs); at the other sites both have done the same work and only the waits differ.
+   the others before theirs) — from at least ``SIGN_FRAC`` of the peers one by one, in ≥ ``SIGN_FRAC`` of the
+   steps (with two peers their median is their mean: a healthy rank beside the misplaced one differs from it
+   by half the shift, but not from the other healthy peer); at the other sites both have done the same work
+   and only the waits differ.
 
 Cost: the median over steps of the others' mean wait at the misplaced site (when the rank is late there) or
 of its own wait there (when early), as a share of the median step.
@@ -189,6 +192,11 @@ def analyse(job: Any, inst: pd.DataFrame, members: Any, offset_of: Optional[dict
                                                 if len(back) else 0.0) / 1e3,
                       "other_sites": sorted(int(x) for x in st.loc[st["site"].isin(
                           g.loc[g["site"] != site, "site"]), "index"].unique())})
+    # two ranks that disagree at one site are one placement seen from both sides (with two ranks nothing else
+    # tells which moved): the late arrival makes the others wait there (the cause), the early one waits (the effect)
+    late_at = {(x["process_group"], x["op"], x["nelems"], x["index_in_step"]) for x in found if x["late"]}
+    found = [x for x in found if x["late"] or (x["process_group"], x["op"], x["nelems"], x["index_in_step"])
+             not in late_at]
     found.sort(key=lambda x: (-x["cost_share"], x["rank"]))
     out["misplaced"] = found
     return out
@@ -228,8 +236,9 @@ def _moved_site(job: Any, st: pd.DataFrame, parts: Any, rank: int, cand_sites: n
     mem["cb"] = cb
     best = None
     for site, g in mem.groupby("site"):
-        mine = g[g["rank"] == rank].set_index("step")["cb"]
-        peers = g[g["rank"] != rank].groupby("step")["cb"].median()
+        mine = g[g["rank"] == rank].groupby("step")["cb"].first()
+        each = g[g["rank"] != rank].pivot_table(index="step", columns="rank", values="cb", aggfunc="first")
+        peers = each.median(axis=1)
         both = mine.index.intersection(peers.index)
         if len(both) < MIN_STEPS:
             continue
@@ -237,7 +246,11 @@ def _moved_site(job: Any, st: pd.DataFrame, parts: Any, rank: int, cand_sites: n
         refs = ref.reindex(both).to_numpy(float)
         med = float(np.median(diff))
         sign = 1 if med > 0 else -1
-        consistent = int((sign * diff >= MATERIAL * refs).sum())
+        # the rank that moved the call differs from (nearly) every peer, not only from their median: with two
+        # peers the median is their mean, so a healthy rank beside the misplaced one would read half its shift
+        vs = sign * (mine.loc[both].to_numpy(float)[:, None] - each.loc[both].to_numpy(float))
+        margin = np.nanquantile(vs, 1 - SIGN_FRAC, axis=1, method="lower")
+        consistent = int((margin >= MATERIAL * refs).sum())
         if abs(med) < MATERIAL * float(np.median(refs)) or consistent < max(MIN_STEPS, np.ceil(SIGN_FRAC * len(both))):
             continue
         if best is None or abs(med) > abs(best[1]):

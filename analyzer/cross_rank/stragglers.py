@@ -27,7 +27,12 @@ from analyzer.cross_rank.member_parts import as_parts
 from analyzer.load.job import ask_ranks
 from analyzer.phrases import ranks_text
 from analyzer.rank import intervals as iv
-from analyzer.rank.summary import first_activity_gaps
+# the consistent-excess machinery lives in excess.py; its names stay importable from here
+from analyzer.cross_rank.excess import (CONSISTENCY_COLUMNS, EXCESS_MIN, MIN_STEPS, MORE_OPS_MIN,  # noqa: F401
+                                        MORE_WORK_SHARE, NOISE_FLOOR, SIGN_FRAC, SPREAD_K, Z_MIN, _more_work,
+                                        _per_step_excess, _same_work_is_contention, compute_ops_per_step,
+                                        consistency_table, excess_consistency, first_activity_gap,
+                                        median_of_others)
 
 TIE_NS = 1_000
 #: Delay a straggler must cause, as a share of the median step (tuned on the real CPU runs, docs/cross-rank.md).
@@ -36,15 +41,6 @@ MATERIAL_SHARE = 0.05
 SHARE_MIN = 0.75
 #: With a consistent excess of its own work, the hold-up share a straggler needs (noise splits the hold-ups).
 SHARE_CONSISTENT = 0.4
-#: Consistent excess: at least this share of the steps (and ≥ MIN_STEPS steps) show an excess above zero …
-SIGN_FRAC = 0.8
-MIN_STEPS = 3
-#: … its median per-step excess is at least this share of the step, exceeds its own spread (1.4826 × MAD) and
-#: stands ``Z_MIN`` standard errors above the other ranks' noise (never taken below ``NOISE_FLOOR``).
-EXCESS_MIN = 0.05
-Z_MIN = 3.0
-NOISE_FLOOR = 0.002
-SPREAD_K = 1.0
 #: … and it must delay the others materially (≥ MATERIAL_SHARE of the step) in at least this share of steps.
 DELAY_STEPS_FRAC = 0.5
 #: A straggler named by its hold-ups alone whose own work shows no consistent excess although it could (≥ 3
@@ -166,29 +162,36 @@ def step_spread(step_metrics: pd.DataFrame, waited_for: Optional[dict] = None) -
         t = g["step_time_ns"].to_numpy()
         med = float(np.median(t))
         longest = int(g["rank"].iloc[int(np.argmax(t))])
+        waited = waited_for.get(int(step))
+        if waited is not None and int(waited) not in set(g["rank"].astype(int)):
+            waited = None  # the rank the step waited for must be one compared in it (not a cut trace's lost step)
         out.append({"step": int(step), "min_us": float(t.min()) / 1e3, "median_us": med / 1e3,
                     "max_us": float(t.max()) / 1e3, "spread": (float(t.max() - t.min()) / med) if med > 0 else None,
-                    "slowest_rank": int(waited_for.get(int(step), longest)), "longest_rank": longest,
+                    "slowest_rank": int(longest if waited is None else waited), "longest_rank": longest,
                     "fastest_rank": int(g["rank"].iloc[int(np.argmin(t))])})
     return out
 
 
-def first_activity_gap(job: Any) -> pd.DataFrame:
-    """Per rank and step: time from the step's start to its first device activity (host-side/data-loading gap),
-    as each rank's summary computed it where the rank was parsed (analyzer/rank/summary.py).
+def damaged_steps(job: Any) -> dict[int, list[int]]:
+    """Per rank whose trace was cut off mid-write (analyzer/load/damage.py): the steps it does not fully have —
+    the step at the cut, the ones past it (or every step, when a whole thread was lost) and the steps its file
+    lost. Those (rank, step) pairs are left out of every cross-rank comparison of step times and hold-ups."""
+    out = {}
+    for r, d in (getattr(job, "damage", None) or {}).items():
+        steps = sorted(set(int(s) for s in d.excluded) | set(int(s) for s in d.lost_steps))
+        if steps:
+            out[int(r)] = steps
+    return out
 
-    Only the steps the metrics keep (a cut-off trace's damaged steps are left out).
-    """
-    rows = []
-    sm = job.step_metrics
-    kept = set(zip(sm["rank"], sm["step"])) if sm is not None and len(sm) else set()
-    for r, t in job.traces.items():
-        g = t.first_gaps if hasattr(t, "first_gaps") else first_activity_gaps(t)  # a full trace: computed here
-        if g is None or not len(g):
-            continue
-        df = g.assign(rank=r)[["rank", "step", "gap_ns"]]
-        rows.append(df[[(r, int(x)) in kept for x in df["step"]]])
-    return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame({"rank": [], "step": [], "gap_ns": []})
+
+def _without_damaged(per: pd.DataFrame, bad: dict[int, list[int]]) -> pd.DataFrame:
+    """The per-(rank, step) hold-up rows without the steps a cut rank does not fully have: its collectives
+    there are a remnant (those after the cut are lost), so its lateness or earliness in them means nothing."""
+    if not bad or not len(per):
+        return per
+    pairs = pd.MultiIndex.from_tuples([(r, s) for r, steps in bad.items() for s in steps])
+    keys = pd.MultiIndex.from_arrays([per["rank"].astype(np.int64), per["step"].astype(np.int64)])
+    return per[~keys.isin(pairs)].reset_index(drop=True)
 
 
 def _excess(df: pd.DataFrame, col: str, rank: int) -> float:
@@ -200,94 +203,6 @@ def _excess(df: pd.DataFrame, col: str, rank: int) -> float:
         return 0.0
     others = piv.drop(columns=[rank]).median(axis=1)
     return float(np.nanmedian((piv[rank] - others).to_numpy()))
-
-
-def median_of_others(vals: np.ndarray) -> np.ndarray:
-    """Per row and column: the median of the row's other values (rows without NaN, two columns or more).
-
-    From each row sorted once: leaving out the value at sorted position p shifts the positions from p on by one,
-    so the others' middle value(s) are read from the sorted row at the middle position or the one after. Exactly
-    what ``np.median`` of the row without that column gives (the mean of two middles as ``np.median`` takes it),
-    in steps × ranks memory rather than the steps × ranks × ranks of masking each column in turn."""
-    n_rows, n = vals.shape
-    order = np.argsort(vals, axis=1, kind="stable")
-    s = np.take_along_axis(vals, order, axis=1)
-    pos = np.empty_like(order)
-    np.put_along_axis(pos, order, np.arange(n)[None, :].repeat(n_rows, axis=0), axis=1)
-    m = n - 1  # values left
-
-    def left(k: int) -> np.ndarray:  # the k-th smallest of the others, for every column's removal
-        return np.where(k < pos, s[:, [k]], s[:, [min(k + 1, n - 1)]])
-    if m % 2:
-        return left((m - 1) // 2)
-    return np.mean(np.stack([left(m // 2 - 1), left(m // 2)]), axis=0)
-
-
-def _per_step_excess(df: pd.DataFrame, col: str, step_ref: pd.Series) -> pd.DataFrame:
-    """steps × ranks: each rank's value minus the median of the other ranks' in that step, over the step's
-    median step time (``step_ref``: step → ns). Steps some rank lacks are left out (compare only what all have)."""
-    if df is None or not len(df) or col not in df:
-        return pd.DataFrame()
-    piv = df[df["step"] >= 0].pivot_table(index="step", columns="rank", values=col, aggfunc="sum").dropna()
-    if piv.shape[1] < 2 or not len(piv):
-        return pd.DataFrame()
-    vals = piv.to_numpy(float)
-    others = median_of_others(vals)
-    ref = step_ref.reindex(piv.index).to_numpy(float)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        out = (vals - others) / ref[:, None]
-    return pd.DataFrame(out, index=piv.index, columns=piv.columns).dropna()
-
-
-def excess_consistency(job: Any) -> pd.DataFrame:
-    """Per rank: how consistently its own work (compute per step, or the host gap before its first compute)
-    exceeds its peers' median — rank, excess_kind, excess_steps, excess_steps_above, excess_share (the median
-    over steps of the excess as a share of the step: a robust effect size), excess_spread (1.4826 × the
-    median absolute deviation of its own shares over the steps), excess_noise (the same scale over the other
-    ranks' shares: the noise a healthy rank shows on this machine), excess_z (effect / (noise / √steps)) and
-    consistent: ≥ ``MIN_STEPS`` steps, ≥ ``SIGN_FRAC`` of them above zero (a sign test), effect ≥
-    ``EXCESS_MIN``, ≥ ``SPREAD_K`` × its own spread, and ≥ ``Z_MIN`` standard errors of the peers' noise.
-
-    Why: on a contended machine the arrival order and the hold-up share are noise-driven (two ranks split a
-    20 % straggler's hold-ups 0.57 / 0.43), while the straggler's own extra work shows in every step. The
-    peers' noise is the floor: CPU compute swings ±3-15 % from rank to rank on a shared machine (a healthy
-    rank can exceed its peers by 5 % in 3 of 3 steps), the host gap before the first compute by < 0.1 %. Of
-    compute and host, the kind that passes (else the one with the larger z) is kept.
-    """
-    cols = ["rank", "excess_kind", "excess_steps", "excess_steps_above", "excess_share", "excess_spread",
-            "excess_noise", "excess_z", "consistent"]
-    sm = job.step_metrics
-    if sm is None or not len(sm) or "step_time_ns" not in sm:
-        return pd.DataFrame({c: [] for c in cols})
-    ref = sm[sm["step"] >= 0].groupby("step")["step_time_ns"].median()
-    rows = []
-    for kind, df, col in (("compute", sm, "compute_ns"), ("host", first_activity_gap(job), "gap_ns")):
-        ex = _per_step_excess(df, col, ref)
-        if not len(ex) or ex.shape[1] < 2:
-            continue
-        a = ex.to_numpy(float)
-        n, k = a.shape
-        eff = np.median(a, axis=0)
-        spread = 1.4826 * np.median(np.abs(a - eff), axis=0)
-        noise = np.empty(k)
-        for j in range(k):  # k ranks, a few steps each: small
-            o = np.delete(a, j, axis=1).ravel()
-            # two ranks: the other's excess is this one's deficit, so the noise is the difference's own spread
-            noise[j] = spread[j] if k == 2 else 1.4826 * np.median(np.abs(o - np.median(o)))
-        noise = np.maximum(noise, NOISE_FLOOR)
-        z = eff / (noise / np.sqrt(n))
-        above = (a > 0).sum(axis=0)
-        ok = (n >= MIN_STEPS) & (above >= np.ceil(SIGN_FRAC * n)) & (eff >= EXCESS_MIN) & \
-            (eff >= SPREAD_K * spread) & (z >= Z_MIN)
-        rows.append(pd.DataFrame({"rank": ex.columns.to_numpy(np.int64), "excess_kind": kind, "excess_steps": n,
-                                  "excess_steps_above": above.astype(np.int64), "excess_share": eff,
-                                  "excess_spread": spread, "excess_noise": noise, "excess_z": z,
-                                  "consistent": ok}))
-    if not rows:
-        return pd.DataFrame({c: [] for c in cols})
-    both = pd.concat(rows, ignore_index=True)
-    both = both.sort_values(["rank", "consistent", "excess_z"], ascending=[True, False, False], kind="stable")
-    return both.drop_duplicates("rank")[cols].reset_index(drop=True)
 
 
 def compute_inside(lanes: Any, windows: tuple) -> np.ndarray:
@@ -481,11 +396,12 @@ def analyse(job: Any, inst: pd.DataFrame, members: Any, offset_of: Optional[dict
     stats = per_rank_stats(inst, members)
     sm = job.step_metrics
     med_step, n_steps = _median_step(job, members)
-    per = step_delays(job, inst, members, offset_of)
+    bad = damaged_steps(job)
+    per = _without_damaged(step_delays(job, inst, members, offset_of), bad)
     by_rank = per.groupby("rank")["delay_ns"].sum() if len(per) else pd.Series(dtype=float)
     stats["delay_ns_per_step"] = stats["rank"].map(by_rank).fillna(0.0) / n_steps
     stats["delay_share"] = stats["delay_ns_per_step"] / med_step if med_step and med_step > 0 else 0.0
-    shares = holdup_shares(step_delays(job, inst, members, offset_of, by_group=True))
+    shares = holdup_shares(_without_damaged(step_delays(job, inst, members, offset_of, by_group=True), bad))
     stats["holdup_share"] = stats["rank"].map(shares).fillna(0.0)
     top = per.loc[per.groupby("step")["delay_ns"].idxmax()] if len(per) else per
     held = top["rank"].value_counts() if len(top) else pd.Series(dtype=int)
@@ -504,8 +420,10 @@ def analyse(job: Any, inst: pd.DataFrame, members: Any, offset_of: Optional[dict
     else:
         stats["steps_delaying"] = 0
     n_ref = len(step_ref) if step_ref is not None else 0
-    stats["by_excess"] = material & stats["consistent"] & (stats["holdup_share"] >= SHARE_CONSISTENT) & \
-        (stats["steps_delaying"] >= max(1, np.ceil(DELAY_STEPS_FRAC * n_ref)))
+    recurs = stats["steps_delaying"] >= max(1, np.ceil(DELAY_STEPS_FRAC * n_ref))
+    stats["more_work"] = _more_work(job, inst, stats)
+    stats["by_excess"] = material & (stats["consistent"] | stats["more_work"]) & \
+        (stats["holdup_share"] >= SHARE_CONSISTENT) & recurs
     stats["qualifies"] = stats["by_share"] | stats["by_excess"]
     stats = stats.sort_values(["delay_ns_per_step", "wait_imposed_ns", "rank"], ascending=[False, False, True],
                               kind="stable").reset_index(drop=True)
@@ -528,9 +446,16 @@ def analyse(job: Any, inst: pd.DataFrame, members: Any, offset_of: Optional[dict
         cpu = bool(getattr(job, "traces", None)) and all(
             getattr(t, "device_type", "gpu") == "cpu" for t in job.traces.values())
         kind = str(row["excess_kind"]) if bool(row["consistent"]) else None  # a consistent excess says which
-        if kind == "compute" or (kind is None and comp >= gap and comp >= EXPLAINS * delay and comp > 0):
+        work = bool(row["more_work"]) and kind != "host"
+        if kind == "compute" or work or (kind is None and comp >= gap and comp >= EXPLAINS * delay and comp > 0):
             attribution = "compute"
-            parts.append(f"its compute per step is {comp / 1e3:.1f} µs above the other ranks' median")
+            if comp > 0 or not work:
+                parts.append(f"its compute per step is {comp / 1e3:.1f} µs above the other ranks' median")
+            if work:
+                parts.append(f"it runs {float(row['more_ops']):.1f} more compute operators per step than its peers' "
+                             f"median (+{float(row['more_ops_share']):.0%}: the ranks of one job run the same "
+                             "operators, so this is work of its own, whatever the host's noise does to the "
+                             "durations)")
         elif kind == "host" or (kind is None and gap > comp and gap >= EXPLAINS * delay):
             attribution = "host"
             parts.append(f"its first compute of a step starts {gap / 1e3:.1f} µs later than the other ranks' "
@@ -556,7 +481,12 @@ def analyse(job: Any, inst: pd.DataFrame, members: Any, offset_of: Optional[dict
         runner = float(close["delay_ns_per_step"].max()) / delay if len(close) else 0.0
         confidence = round(margin * min(1.0, int(row["steps_held"]) / n_held) * max(0.5, 1.0 - runner), 3)
         testable = pd.notna(row.get("excess_kind")) and int(row.get("excess_steps") or 0) >= MIN_STEPS
-        if testable and not bool(row["consistent"]) and attribution != "link":
+        if bool(row["more_work"]) and not bool(row["consistent"]):
+            # more work of its own and a recurring, material delay: as sure as the delay and its share say
+            confidence = max(confidence, round((0.5 * min(1.0, float(row["delay_share"]) / (2 * MATERIAL_SHARE))
+                                                + 0.5 * min(1.0, float(row["holdup_share"])))
+                                               * min(1.0, int(row["steps_delaying"]) / max(1, n_ref)), 3))
+        elif testable and not bool(row["consistent"]) and attribution != "link":
             # the job waits for it, but nothing it does stands out of the machine's noise: on a shared machine
             # the scheduler alone can make a healthy rank the last one step after step
             confidence = min(confidence, UNEXPLAINED_CAP)
@@ -585,10 +515,11 @@ def analyse(job: Any, inst: pd.DataFrame, members: Any, offset_of: Optional[dict
                       "delay_per_step_us": float(r.delay_ns_per_step) / 1e3, "delay_share": float(r.delay_share),
                       "holdup_share": float(r.holdup_share), "steps_held": int(r.steps_held),
                       "n_instances": int(r.n_instances), "n_decided": int(r.n_decided),
-                      "steps_delaying": int(r.steps_delaying),
+                      "steps_delaying": int(r.steps_delaying), "more_work": bool(r.more_work),
                       **_excess_fields(r)} for r in stats.itertuples()],
         "straggler": straggler, "confidence": confidence, "attribution": attribution, "evidence": evidence,
         "per_step": per_step,
+        "damaged_left_out": [{"rank": r, "steps": steps} for r, steps in sorted(bad.items())],
         "thresholds": {"tie_us": TIE_NS / 1e3, "material_delay_share": MATERIAL_SHARE,
                        "holdup_share_min": SHARE_MIN, "holdup_share_consistent": SHARE_CONSISTENT,
                        "excess_min": EXCESS_MIN, "sign_frac": SIGN_FRAC, "excess_z_min": Z_MIN},
@@ -611,15 +542,22 @@ def _excess_text(row: Any) -> str:
     return (f"its {what} exceeds its peers' median in {int(row['excess_steps_above'])} of "
             f"{int(row['excess_steps'])} steps by {float(row['excess_share']):.1%} of the step (median; spread "
             f"±{float(row['excess_spread']):.1%}; the other ranks' noise ±{float(row['excess_noise']):.1%}, so "
-            f"{float(row['excess_z']):.1f} standard errors)")
+            f"{float(row['excess_z']):.1f} standard errors)"
+            + (f", but it runs the same compute operators per step as its peers ({float(row['more_ops']):+.1f}): "
+               "the same work run longer, as a shared host's contention does, not more work"
+               if row["excess_kind"] == "compute" and pd.notna(row.get("more_ops"))
+               and float(row["more_ops"]) < MORE_OPS_MIN else ""))
 
 
 def _excess_fields(r: Any) -> dict:
     """The per-rank excess columns for the section (None where the rank has no per-step metrics)."""
+    more = getattr(r, "more_ops", None)
+    more = None if more is None or pd.isna(more) else float(more)
     if pd.isna(getattr(r, "excess_kind", None)):
         return {"excess_kind": None, "excess_steps": None, "excess_steps_above": None, "excess_share": None,
-                "excess_spread": None, "excess_noise": None, "excess_z": None, "consistent_excess": False}
+                "excess_spread": None, "excess_noise": None, "excess_z": None, "consistent_excess": False,
+                "more_compute_ops": more}
     return {"excess_kind": str(r.excess_kind), "excess_steps": int(r.excess_steps),
             "excess_steps_above": int(r.excess_steps_above), "excess_share": float(r.excess_share),
             "excess_spread": float(r.excess_spread), "excess_noise": float(r.excess_noise),
-            "excess_z": float(r.excess_z), "consistent_excess": bool(r.consistent)}
+            "excess_z": float(r.excess_z), "consistent_excess": bool(r.consistent), "more_compute_ops": more}
