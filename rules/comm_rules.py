@@ -283,6 +283,12 @@ def _per_role(ctx: Context, roles: list[dict]) -> Iterator[Finding]:
                 where = (f" in {st['active_steps']} of {st['steps']} steps" if st["accumulation"] else "")
                 ev.append(Evidence(f"{st['per_step']:.1f} gradient reduction(s) per reducing step per group{size}"
                                    f"{where}"))
+        elif role == "tp":
+            fix = ("Tensor-parallel all-reduces block the next GEMM by design, so bucket settings do not apply: overlap "
+                   "them with sequence parallelism and async TP (torch's micro-pipeline TP, "
+                   "torch._inductor.config._micro_pipeline_tp with symmetric memory; TransformerEngine's comm-GEMM "
+                   "overlap), keep each TP group inside one node's fast links, or lower the TP degree and raise the "
+                   "data-parallel one.")
         elif role == "ep":
             fix = ("Overlap expert dispatch/combine with compute: split the batch into two micro-batches and run one's "
                    "all-to-all while the other computes (DeepEP's hook-based low-latency mode frees the SMs), or "
