@@ -79,3 +79,33 @@ def test_a_flattened_teardown_paragraph_is_read_as_its_parts():
     cause = rep["findings"][0]["evidence"][0]["text"]
     assert "IB completion error 12" in cause and "11.214.147.122:39138" in cause
     assert "ProcessGroupNCCL then took the process down" in cause
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if _exp(c)["nccl_class"] == "ncclRemoteError" and _exp(c)["noticing_ranks"]])
+def test_a_rank_that_only_noticed_a_remote_error_has_no_origin_in_the_facts(case):
+    """The failure facts themselves (before any diagnosis) keep a noticed remote error as the noticing rank's
+    consequence, never its origin: no later stage has to undo a culprit that the facts made."""
+    from analyzer.hang.stderr_facts import stderr_facts
+    from parsers.torch_stderr import parse_stderr
+    logs = [parse_stderr(p) for p in sorted((PUBLIC / case).iterdir()) if p.name != "expected.json"]
+    facts = stderr_facts(logs)
+    for r in _exp(case)["noticing_ranks"]:
+        f = facts.ranks.get(r)
+        assert f is not None and (f.origin is None or f.origin.get("kind") != "nccl_error"), (r, f and f.origin)
+        assert any(c.get("kind") == "nccl_error" for c in f.consequences)
+
+
+def test_an_internal_error_whose_last_error_is_a_closed_connection_is_no_origin_of_the_rank_that_printed_it():
+    """nccl_1514's lines as rank 2 of a torchrun job prints them: the error line says only 'internal error', the
+    last-error line after it that the remote peer closed the connection. The facts read the lines together: rank 2
+    noticed a failure on the far side, so it is no origin (and the hang diagnosis names no culprit for it)."""
+    from analyzer.hang.analysis import analyze_hang
+    from analyzer.hang.stderr_facts import stderr_facts
+    from parsers.torch_stderr import parse_stderr_lines
+    text = (PUBLIC / "nccl_1514_internal_closed" / "log.txt").read_text().splitlines()[:4]
+    log = parse_stderr_lines([f"[rank2]: {t}\n" for t in text], path="rank2.err")
+    f = stderr_facts([log]).ranks[2]
+    assert f.origin is None and "nccl_error" in [c["kind"] for c in f.consequences]
+    rep = analyze_hang(stderr_logs=[log], world_size=4)
+    assert all(2 not in d.culprit_ranks for d in rep.diagnoses)
+    assert any(2 in d.waiting_ranks and d.kind == "nccl_error" for d in rep.diagnoses)

@@ -147,7 +147,14 @@ def _item(path: str, order: int, **kw: Any) -> dict:
 
 
 def stderr_facts(logs: list) -> StderrFacts:
-    """Fold every StderrLog's events, tracebacks and failure table into per-rank failure facts."""
+    """Fold every StderrLog's events, tracebacks and failure table into per-rank failure facts.
+
+    An NCCL error that the rank only noticed (ncclRemoteError, or a lost connection its last-error line names:
+    analyzer/hang/nccl_errors.py reads the error line with the lines after it) is a consequence for that rank,
+    never its origin: the failure is on the far side."""
+    from analyzer.hang.nccl_errors import reports
+    logs = list(logs)
+    noticed = {(r.file, r.line) for r in reports(logs) if not r.own}
     out = StderrFacts()
     order = 0
     for log in logs:
@@ -197,7 +204,8 @@ def stderr_facts(logs: list) -> StderrFacts:
                 f.peers.append(item["peer"])
                 f.timed_out = True
             handling = kind == "exception" and r in chained_at and (line or 0) >= chained_at[r]
-            if not handling and _is_origin(kind, exc, text, reason):
+            remote = kind == "nccl_error" and (path, line) in noticed
+            if not handling and not remote and _is_origin(kind, exc, text, reason):
                 if f.origin is None:
                     f.origin = item
                 elif kind in ORIGIN_KINDS and f.origin.get("kind") in ("exception", "signal"):
