@@ -56,14 +56,16 @@ def detail_mismatch(inp: HangInputs, facts: StderrFacts) -> HangDiagnosis | None
                 values.setdefault(peer, m.group(3))
         if r >= 0 and x.get("op"):
             ops.setdefault(r, str(x["op"]).lower())
-        if peer >= 0 and m:
-            ops.setdefault(peer, m.group(3).lower())
-    if len(ops) < 2:
+        if peer >= 0 and m and m.group(1).lower() == "op type":
+            ops.setdefault(peer, m.group(3).lower())  # a peer's op only where the op is what differs
+    # the majority is taken over the aspect that differs: the ops, or the shapes / dtypes of one op's calls
+    compared = values if values and aspect not in ("", "op type") else ops
+    if len(compared) < 2:
         return None
     from analyzer.hang.matching import majority
-    _, odd, tie = majority(ops)
+    _, odd, tie = majority(compared)
     seq = max((int(x.get("seq", -1)) for x in reps), default=-1)
-    op = Counter(ops.values()).most_common(1)[0][0]
+    op = Counter(ops.values()).most_common(1)[0][0] if ops else ""
     cause = ("the debug wrapper (TORCH_DISTRIBUTED_DEBUG=DETAIL) compared the ranks' calls: "
              + ", ".join(f"rank {r}: {o}" for r, o in sorted(ops.items())))
     sizes: dict[int, int] = {}
