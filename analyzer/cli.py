@@ -61,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--timeline", metavar="FILE",
                      help="also write one Chrome/Perfetto trace of every rank on the aligned clock "
                           "(FILE.json or FILE.json.gz; open in ui.perfetto.dev or chrome://tracing)")
-    from analyzer.render.formats import DEFAULT_MAX_EVENTS
+    from analyzer.render.timeline_limit import DEFAULT_MAX_EVENTS
     out.add_argument("--timeline-max-events", type=_positive_int, default=None, metavar="N",
                      help=f"at most N events in the timeline, metadata included (default {DEFAULT_MAX_EVENTS:,}): "
                           "past it ranks are sampled and the shortest events left out, and the file says what")

@@ -4,9 +4,6 @@ from __future__ import annotations
 from typing import Any
 
 FORMATS = ("text", "json", "markdown", "html", "junit", "sarif", "github")
-#: --timeline-max-events default (analyzer/render/timeline.py): here, so that the command line's help text does
-#: not import the timeline writer (and pandas) on every run
-DEFAULT_MAX_EVENTS = 1_000_000
 
 
 def render(fmt: str, report: dict, job: Any = None, fail_on: str = "error", color: bool = False,

@@ -23,7 +23,7 @@ import numpy as np
 import orjson
 import pandas as pd
 
-from analyzer.render import timeline as tl
+from analyzer.render import timeline_events as tl
 
 RANK_CLASSES = ("steps", "calls", "acts", "hosts")
 

@@ -233,9 +233,9 @@ def timeline_input(job: Job, report: dict) -> TimelineInput:
 
 def _timeline_rank(item: tuple) -> tuple[dict, dict]:
     """Worker: one rank's timeline side (its events, tracks and lanes; it stays here) and its summary (a few
-    numbers; it travels): analyzer/render/timeline_parts.py prepare_rank."""
-    from analyzer.render.timeline_parts import prepare_rank
-    r, summary, off, host, want = item
+    numbers; it travels), made by the writer's ``prepare_rank`` (analyzer/render/timeline_parts.py), which the
+    writer hands in: the report stage does not import the renderers."""
+    r, summary, off, host, want, prepare_rank = item
     act, st, cc, hops, kargs = _on_aligned_clock(_rank_events(summary), off)
     return prepare_rank(RankEvents(r, host, off, act, st, cc, summary.device_type, hops, kargs), want)
 
@@ -258,10 +258,12 @@ class TimelineSource:
     def rank_ids(self) -> list[int]:
         return [int(r) for r in self._order]
 
-    def prepare(self, want: set) -> list[dict]:
-        """Each rank's side made (and kept) where it is read; the summaries, in rank order."""
+    def prepare(self, want: set, prepare_rank: Any) -> list[dict]:
+        """Each rank's side made (and kept) by ``prepare_rank(events, wanted)`` where it is read; the summaries, in
+        rank order."""
         items = [(int(r), self.job.traces[r], self.offs.get(int(r), 0),
-                  self.hosts.get(str(r)) or self.job.traces[r].meta.get("host"), int(r) in want) for r in self._order]
+                  self.hosts.get(str(r)) or self.job.traces[r].meta.get("host"), int(r) in want, prepare_rank)
+                 for r in self._order]
         engine = self.job.engine
         if engine is None:
             got = [_timeline_rank(it) for it in items]
