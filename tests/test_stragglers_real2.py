@@ -142,3 +142,15 @@ def test_identical_pipeline_stages_are_not_named_heavy():
     f = next(f for f in _report("pp2-1f1b-clean")["findings"] if f["id"] == "PIPE001")
     assert not any("the other stages wait for it" in e["text"] for e in f["evidence"])
     assert f["severity"] == "info" and "own transfer and host time" in f["title"]
+
+
+def test_operator_counts_from_full_traces_are_the_summaries_counts():
+    """compute_ops_per_step reads a RankSummary's profile rows, or computes them from a full trace (the Python API
+    without an engine): both give ddp4-clean's 91 compute operators per step on every rank."""
+    from types import SimpleNamespace
+
+    from analyzer.cross_rank.excess import compute_ops_per_step
+    from parsers.kineto import load_trace
+    full = SimpleNamespace(traces={r: load_trace(BED / "ddp4-clean" / f"rank{r}.pt.trace.json.gz") for r in range(4)})
+    summaries = load_job([str(BED / "ddp4-clean")], jobs=1)
+    assert compute_ops_per_step(full) == compute_ops_per_step(summaries) == {0: 91.0, 1: 91.0, 2: 91.0, 3: 91.0}

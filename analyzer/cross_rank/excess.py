@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from analyzer.rank.profile import profile_of
 from analyzer.rank.summary import first_activity_gaps
 
 #: Consistent excess: at least this share of the steps (and ≥ MIN_STEPS steps) show an excess above zero …
@@ -92,17 +93,13 @@ MORE_OPS_MIN = 0.5
 
 def compute_ops_per_step(job: Any) -> dict[int, float]:
     """Per rank: its outermost compute operators (kernels on a GPU trace) per step, from the profile rows each
-    rank's summary computed where it was parsed (analyzer/report/profile.py); ranks without them are left out."""
+    rank's summary computed where it was parsed (analyzer/rank/profile.py); ranks without them are left out."""
     out = {}
     for r, t in (getattr(job, "traces", None) or {}).items():
-        if hasattr(t, "profile"):
-            got = t.profile
-        else:  # a full trace (Python API without an engine): computed here
-            from analyzer.report.profile import rank_profile
-            try:
-                got = rank_profile(t) if hasattr(t, "activity") else None
-            except (AttributeError, KeyError, TypeError):  # a hand-built stand-in without names or steps
-                got = None
+        try:
+            got = profile_of(t) if hasattr(t, "profile") or hasattr(t, "activity") else None
+        except (AttributeError, KeyError, TypeError):  # a hand-built stand-in without names or steps
+            got = None
         if got is None:
             continue
         rows = got[0]

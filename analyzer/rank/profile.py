@@ -45,3 +45,9 @@ def rank_profile(trace: Any) -> Optional[tuple[pd.DataFrame, int]]:
     g["per_step_n"] = g["size"] / len(steps)
     g["per_step_ns"] = g["sum"] / len(steps)
     return g[["name", "kind", "per_step_n", "per_step_ns"]], len(steps)
+
+
+def profile_of(trace: Any) -> Optional[tuple[pd.DataFrame, int]]:
+    """A rank's profile rows: those its RankSummary brings (computed where the rank was parsed), else computed
+    here from the full trace (the Python API without an engine)."""
+    return trace.profile if hasattr(trace, "profile") else rank_profile(trace)

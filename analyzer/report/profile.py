@@ -17,13 +17,11 @@ def profile_section(job: Any) -> dict:
     frames = []
     n_ranks = 0
     steps_total = 0
+    if not job.traces:
+        return {}
+    from analyzer.rank.profile import profile_of  # the trace path only: pandas
     for t in job.traces.values():
-        # a RankSummary brings its rows, computed where the rank was parsed (analyzer/rank/summary.py)
-        if hasattr(t, "profile"):
-            got = t.profile
-        else:
-            from analyzer.rank.profile import rank_profile  # the trace path only: pandas
-            got = rank_profile(t)
+        got = profile_of(t)
         if got is None:
             continue
         n_ranks += 1
