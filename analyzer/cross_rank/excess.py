@@ -140,7 +140,7 @@ def _more_ops(ops: dict[int, float]) -> dict[int, tuple[float, float]]:
 MORE_WORK_SHARE = 0.02
 
 
-def _more_work(job: Any, inst: pd.DataFrame, stats: pd.DataFrame) -> pd.Series:
+def _more_work(inst: pd.DataFrame, stats: pd.DataFrame) -> pd.Series:
     """Per stats row: the rank runs more compute operators per step than its peers (``more_ops`` ≥
     ``MORE_OPS_MIN`` and ≥ ``MORE_WORK_SHARE`` of the peers' count, ``more_ops_share`` set), on a CPU-only job
     without send/recv. Its own extra work then stands as the cause of the delay it imposes even where the host's
@@ -153,10 +153,7 @@ def _more_work(job: Any, inst: pd.DataFrame, stats: pd.DataFrame) -> pd.Series:
         return no
     if inst is not None and len(inst) and (inst["kind"] == "p2p").any():
         return no
-    ops = compute_ops_per_step(job)
-    if len(ops) < 2:
-        return no
-    base = stats["rank"].map({r: m for r, (_, m) in _more_ops(ops).items()})
+    base = stats["more_ops_base"]  # the peers' median count, from the same pass as more_ops
     stats["more_ops_share"] = stats["more_ops"] / base.where(base > 0)
     return (stats["more_ops"] >= MORE_OPS_MIN) & (stats["more_ops_share"] >= MORE_WORK_SHARE)
 
@@ -169,8 +166,8 @@ def _one_host(traces: dict) -> bool:
 
 def _same_work_is_contention(job: Any, cons: pd.DataFrame) -> pd.DataFrame:
     """On a CPU-only job, a compute excess without more work is not consistent: ``more_ops`` per rank (its compute
-    operators per step minus its peers' median) and ``consistent`` False for a compute excess with
-    ``more_ops < MORE_OPS_MIN``.
+    operators per step minus its peers' median, which is ``more_ops_base``) and ``consistent`` False for a
+    compute excess with ``more_ops < MORE_OPS_MIN``.
 
     Why: ranks of one data-, tensor- or FSDP-parallel job run the same operators every step (the real CPU runs:
     91.0 per step on every rank of every clean DDP run), so a rank doing more work (an extra forward, a metric,
@@ -188,9 +185,10 @@ def _same_work_is_contention(job: Any, cons: pd.DataFrame) -> pd.DataFrame:
     ops = compute_ops_per_step(job)
     if len(ops) < 2:
         return cons
-    more = {r: d for r, (d, _) in _more_ops(ops).items()}
+    more = _more_ops(ops)
     cons = cons.copy()
-    cons["more_ops"] = cons["rank"].map(more)
+    cons["more_ops"] = cons["rank"].map({r: d for r, (d, _) in more.items()})
+    cons["more_ops_base"] = cons["rank"].map({r: m for r, (_, m) in more.items()})
     same = (cons["excess_kind"] == "compute") & cons["more_ops"].notna() & (cons["more_ops"] < MORE_OPS_MIN)
     cons.loc[same, "consistent"] = False
     return cons

@@ -421,7 +421,7 @@ def analyse(job: Any, inst: pd.DataFrame, members: Any, offset_of: Optional[dict
         stats["steps_delaying"] = 0
     n_ref = len(step_ref) if step_ref is not None else 0
     recurs = stats["steps_delaying"] >= max(1, np.ceil(DELAY_STEPS_FRAC * n_ref))
-    stats["more_work"] = _more_work(job, inst, stats)
+    stats["more_work"] = _more_work(inst, stats)
     stats["by_excess"] = material & (stats["consistent"] | stats["more_work"]) & \
         (stats["holdup_share"] >= SHARE_CONSISTENT) & recurs
     stats["qualifies"] = stats["by_share"] | stats["by_excess"]
