@@ -221,7 +221,7 @@ class DaskEngine:
             pickle.dump(item, fh, protocol=pickle.HIGHEST_PROTOCOL)
         return path
 
-    def _rebuild(self, lost: list["Kept"], why: BaseException, attempt: int) -> None:
+    def _rebuild(self, lost: list["Kept"]) -> None:
         """Run the task of each lost side again from its input; the handle then names the new result."""
         for h in lost:
             fn, ref, shipped = h.recipe
@@ -231,9 +231,6 @@ class DaskEngine:
             else:
                 item = ref
             h.future = self.client.submit(_side_of, fn, item, pure=False)
-        self.notes.append(f"a Dask worker was lost during the run ({type(why).__name__}): {len(lost)} result(s) it "
-                          f"kept (per-rank sets or member partitions) were rebuilt from their inputs"
-                          + (f" (attempt {attempt})" if attempt > 1 else ""))
 
     def _collect(self, futures: list, items: list, progress: Progress, receive: Receive) -> list:
         """The futures' results in order, each fetched as it completes (and then released on the cluster)."""
@@ -253,24 +250,32 @@ class DaskEngine:
 
     def query(self, fn: Callable[[Any, Any], Any], handles: Sequence[Any], args: Sequence[Any]) -> list:
         """``fn(side, arg)`` where each side is; a side lost with its worker is rebuilt from its input and the
-        question asked again, up to MAX_REBUILDS times (each time noted in :attr:`notes`, for the report)."""
+        question asked again, up to MAX_REBUILDS times (noted once in :attr:`notes`, for the report)."""
         if not handles:
             return []
         handles, args = list(handles), list(args)
-        for attempt in range(1, MAX_REBUILDS + 2):
-            if self.client.status in ("closing", "closed"):
-                raise EngineClosed(CLOSED)
-            futures = [h.future if isinstance(h, Kept) else h for h in handles]
-            try:
-                return list(self.client.gather(self.client.map(fn, futures, args, pure=False)))
-            except Exception as exc:  # noqa: BLE001 - Dask's errors for lost data vary by version and timing
+        rebuilt: dict[int, Kept] = {}  # every side this question rebuilt, once, however many attempts it took
+        why: list[str] = []
+        try:
+            for attempt in range(1, MAX_REBUILDS + 2):
                 if self.client.status in ("closing", "closed"):
-                    raise EngineClosed(CLOSED) from None
-                lost = [h for h in handles if isinstance(h, Kept) and h.future.status != "finished"]
-                if not lost or attempt > MAX_REBUILDS:
-                    raise
-                self._rebuild(lost, exc, attempt)
-        raise AssertionError("unreachable")
+                    raise EngineClosed(CLOSED)
+                futures = [h.future if isinstance(h, Kept) else h for h in handles]
+                try:
+                    return list(self.client.gather(self.client.map(fn, futures, args, pure=False)))
+                except Exception as exc:  # noqa: BLE001 - Dask's errors for lost data vary by version and timing
+                    if self.client.status in ("closing", "closed"):
+                        raise EngineClosed(CLOSED) from None
+                    lost = [h for h in handles if isinstance(h, Kept) and h.future.status != "finished"]
+                    if not lost or attempt > MAX_REBUILDS:
+                        raise
+                    self._rebuild(lost)
+                    rebuilt.update((id(h), h) for h in lost)
+                    why.append(type(exc).__name__)
+            raise AssertionError("unreachable")
+        finally:
+            if rebuilt:  # one loss, one line in the report, however many attempts the rebuild took
+                self.notes.append(lost_worker_note(len(rebuilt), why))
 
     def close(self) -> None:
         self._finalizer()
@@ -292,6 +297,15 @@ class Kept:
     def __init__(self, future: Any, recipe: tuple):
         self.future = future
         self.recipe = recipe
+
+
+def lost_worker_note(results: int, errors: Sequence[str]) -> str:
+    """The report's line for one question whose kept results were rebuilt after a worker loss: how many
+    results, Dask's error(s) and, when it took more than one, how many attempts."""
+    names = ", ".join(dict.fromkeys(errors))
+    tries = f" (in {len(errors)} attempts)" if len(errors) > 1 else ""
+    return (f"a Dask worker was lost during the run ({names}): {results} result(s) it kept (per-rank sets or "
+            f"member partitions) were rebuilt from their inputs{tries}")
 
 
 def _side_of(fn: Callable[[Any], tuple[Any, Any]], item: Any) -> Any:
