@@ -93,9 +93,14 @@ MORE_OPS_MIN = 0.5
 
 def compute_ops_per_step(job: Any) -> dict[int, float]:
     """Per rank: its outermost compute operators (kernels on a GPU trace) per step, from the profile rows each
-    rank's summary computed where it was parsed (analyzer/rank/profile.py); ranks without them are left out."""
+    rank's summary computed where it was parsed (analyzer/rank/profile.py); ranks without them are left out, and
+    so are ranks whose trace was cut off mid-write (analyzer/load/damage.py): their counts miss the operators of
+    the threads and steps the cut lost, and as the peers' median they would make every whole rank look busier."""
     out = {}
+    damaged = set(getattr(job, "damage", None) or {})
     for r, t in (getattr(job, "traces", None) or {}).items():
+        if r in damaged:
+            continue
         try:
             got = profile_of(t) if hasattr(t, "profile") or hasattr(t, "activity") else None
         except (AttributeError, KeyError, TypeError):  # a hand-built stand-in without names or steps
