@@ -514,15 +514,29 @@ def different_steps(ctx: Context) -> Iterator[Finding]:
         return
     missing = cov["missing"]
     common = cov.get("common_steps") or []
-    ev = [Evidence(f"rank {m['rank']} lacks step(s) {', '.join(str(s) for s in m['steps'][:8])}"
-                   f"{' …' if len(m['steps']) > 8 else ''} that other ranks recorded") for m in missing[:8]]
+    left = {int(r) for r in cov.get("left_out") or []}
+    cut = {int(r.get("rank")) for r in ctx.report.get("ranks") or [] if r.get("cut")}
+    ev = []
+    for m in missing[:8]:
+        steps = f"{', '.join(str(s) for s in m['steps'][:8])}{' …' if len(m['steps']) > 8 else ''}"
+        why = " (its trace was cut off mid-write: INPUT002)" if int(m["rank"]) in cut else ""
+        ev.append(Evidence(f"rank {m['rank']} has none of the steps {steps} that other ranks recorded{why}: it is "
+                           "left out of the cross-rank comparisons" if int(m["rank"]) in left else
+                           f"rank {m['rank']} lacks step(s) {steps} that other ranks recorded{why}"))
+    every = "every other rank has" if left else "every rank has"
     if common:
-        ev.append(Evidence(f"compared: the {len(common)} step(s) every rank has "
+        ev.append(Evidence(f"compared: the {len(common)} step(s) {every} "
                            f"({', '.join(str(s) for s in common[:8])}{' …' if len(common) > 8 else ''}); "
                            f"left out of the comparisons: {len(cov.get('all_steps') or []) - len(common)} step(s)"))
     else:
         ev.append(Evidence("the ranks share no step: each rank's figures are over its own steps"))
     ranks = sorted(int(m["rank"]) for m in missing)
-    yield Finding(title=f"{ranks_text(ranks).capitalize()} recorded fewer steps than the other ranks"
-                        + (f": compared on the {len(common)} step(s) every rank has" if common else ""),
+    if left and set(ranks) <= left:
+        title = (f"{ranks_text(ranks).capitalize()} {'has' if len(ranks) == 1 else 'have'} no step left to compare: "
+                 f"{'it is' if len(ranks) == 1 else 'they are'} left out"
+                 + (f", and the other ranks are compared on the {len(common)} step(s) they all have" if common else ""))
+    else:
+        title = (f"{ranks_text(ranks).capitalize()} recorded fewer steps than the other ranks"
+                 + (f": compared on the {len(common)} step(s) {every}" if common else ""))
+    yield Finding(title=title,
                   confidence=1.0, evidence=ev, subject=Subject(ranks=ranks), involved=set(ranks))

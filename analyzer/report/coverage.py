@@ -19,7 +19,8 @@ if TYPE_CHECKING:
 
 
 def step_coverage(sm: pd.DataFrame, ranks: Optional[list[int]] = None) -> Optional[dict]:
-    """``{"common_steps", "all_steps", "missing": [{"rank", "steps"}], "compared": "common" | "all"}`` when
+    """``{"common_steps", "all_steps", "missing": [{"rank", "steps"}], "compared": "common" | "all",
+    "left_out": [ranks with no step at all]}`` when
     some rank lacks a step another rank has; None when every rank recorded the same steps (or there are no
     ProfilerStep windows: a whole-trace row is step -1). ``ranks``: the job's ranks; one with no step in the
     metrics at all (a cut lost them all) lacks every step and is left out of the common set."""
@@ -39,7 +40,7 @@ def step_coverage(sm: pd.DataFrame, ranks: Optional[list[int]] = None) -> Option
     if not missing:
         return None
     return {"common_steps": sorted(common), "all_steps": sorted(every), "missing": missing,
-            "compared": "common" if common else "all"}
+            "compared": "common" if common else "all", "left_out": empty}
 
 
 def common_only(sm: pd.DataFrame, coverage: Optional[dict]) -> pd.DataFrame:
@@ -57,9 +58,15 @@ def note(coverage: dict) -> str:
              f"{', '.join(str(s) for s in m['steps'][:8])}{' …' if len(m['steps']) > 8 else ''}"
              for m in coverage["missing"][:6]]
     more = f" (and {len(coverage['missing']) - 6} more rank(s))" if len(coverage["missing"]) > 6 else ""
+    left = coverage.get("left_out") or []
+    if left:  # a rank with no step left (a cut lost them all) is not part of "every rank"
+        from analyzer.phrases import ranks_text
+        parts = [f"{ranks_text(left)} {'has' if len(left) == 1 else 'have'} no step left to compare and "
+                 f"{'is' if len(left) == 1 else 'are'} left out"] + \
+            [p for m, p in zip(coverage["missing"][:6], parts) if m["rank"] not in left]
     if coverage["compared"] == "common":
-        tail = (f"the ranks are compared on the {len(coverage['common_steps'])} step(s) every rank has "
-                f"({_steps_text(coverage['common_steps'])})")
+        tail = (f"the {'other ' if left else ''}ranks are compared on the {len(coverage['common_steps'])} step(s) "
+                f"{'they all have' if left else 'every rank has'} ({_steps_text(coverage['common_steps'])})")
     else:
         tail = "the ranks share no step, so each rank's metrics are over its own steps"
     return f"ranks recorded different steps: {'; '.join(parts)}{more}; {tail}"
