@@ -7,7 +7,7 @@ from typing import Iterator, Optional
 from rules.context import Context
 from rules.finding import Evidence, Finding, Subject
 from rules.registry import Threshold, rule
-from rules.util import mb, num, pct, ranks_text
+from rules.util import mb, num, pct, ranks_text, unsplit_text
 
 DP_ROLES = ("dp", "fsdp", "world", "unknown")
 DP_OPS = ("allreduce", "reducescatter", "allgather")
@@ -273,6 +273,9 @@ def _per_role(ctx: Context, roles: list[dict]) -> Iterator[Finding]:
         if wait:
             ev.append(Evidence(f"not counted: {wait / 1e3:.1f} ms per rank of waiting inside these collectives for "
                                "the last member to arrive (a wait is the late rank's cost, not the network's)"))
+        line = unsplit_text(ctx.cross, num(r.get("unsplit_share")), "these ranks")
+        if line:
+            ev.append(Evidence(line))
         fix = ""
         if role in ("dp", "fsdp"):
             fix = _bucket_advice(ctx, cov, role)
@@ -338,6 +341,9 @@ def _job_wide(ctx: Context) -> Iterator[Finding]:
     if low:
         worst = min(low, key=low.get)
         ev.append(Evidence(f"lowest: rank {worst} at {pct(low[worst])}; {len(low)} rank(s) below target"))
+    line = unsplit_text(ctx.cross, num(ctx.summary.get("unsplit_share")), "the ranks")
+    if line:
+        ev.append(Evidence(line))
     yield Finding(title=f"Only {pct(cov)} of communication overlaps compute ({pct(exposed)} of step time exposed)",
                   fix=_bucket_advice(ctx, cov) if not tp and not pipeline else _PIPELINE_OVERLAP,
                   severity="warning" if severe else "info", confidence=0.8 if severe else 0.6, evidence=ev,

@@ -6,7 +6,7 @@ from typing import Iterator
 from rules.context import Context
 from rules.finding import Evidence, Finding, Subject
 from rules.registry import Threshold, rule
-from rules.util import num, ranks_text
+from rules.util import num, ranks_text, unsplit_text
 
 
 def _files(ctx: Context, status: str) -> list[dict]:
@@ -62,6 +62,9 @@ def salvaged(ctx: Context) -> Iterator[Finding]:
         if cut.get("lost_threads"):
             text += "; its collectives are left out of the cross-rank matching (a whole thread was lost)"
         ev.append(Evidence(text))
+    line = unsplit_text(ctx.cross, num(ctx.summary.get("unsplit_share")))
+    if line:
+        ev.append(Evidence(line))
     yield Finding(title=f"{len(bad)} truncated file(s) were salvaged (partial data)", confidence=1.0,
                   evidence=ev, subject=Subject(ranks=sorted({int(f['rank']) for f in bad if f.get("rank") is not None})))
 

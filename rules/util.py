@@ -52,3 +52,24 @@ def median(xs: list[float]) -> Optional[float]:
 def mb(nbytes: Optional[float]) -> str:
     """Bytes → 'x.y MB' (decimal)."""
     return "n/a" if nbytes is None else f"{nbytes / 1e6:.2f} MB"
+
+
+_WHY_ABSENT = {"collectives_lost": "its collectives were lost in the cut of its trace",
+               "cut": "its trace was cut off before them",
+               "not_recorded": "its trace does not record them"}
+
+
+def unsplit_text(cross: dict, share: Optional[float], whose: str = "the other ranks") -> Optional[str]:
+    """One line on the collective time that has no known wait/transfer split (cross_rank.collectives
+    .wait_unknown: instances lacking a traced rank), or None when there is none worth saying (under 0.05 %)."""
+    wu = (cross.get("collectives") or {}).get("wait_unknown") or {}
+    if not wu or share is None or share < 0.0005:
+        return None
+    ranks = [int(r) for r in wu.get("ranks_missing") or []]
+    why = wu.get("why") or {}
+    reasons = sorted({_WHY_ABSENT.get(str(why.get(str(r))), "") for r in ranks} - {""})
+    who = ranks_text(ranks) if ranks else "a traced rank"
+    return (f"unsplit: {whose} spend {pct(share)} of their step time in {wu.get('instances')} collective(s) "
+            f"{who} is missing from ({'; '.join(reasons) or 'absent'}): that time is the wait for {who} and the "
+            "transfer together, which no timing here tells apart, so it is counted neither as waiting nor as "
+            "exposed communication")

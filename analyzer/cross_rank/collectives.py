@@ -340,6 +340,33 @@ def instance_frame(members: pd.DataFrame, hosts_of: dict[int, str], expected: di
     return inst, m
 
 
+def mark_wait_known(inst: pd.DataFrame, expected: dict, present: Any) -> None:
+    """Set ``wait_known`` on the instance table, in place: False on a collective instance that lacks a member
+    whose rank is traced in this job (its rows were lost in a cut, or it recorded fewer steps). Its members'
+    waits are then known only up to the last *present* arrival: the rest of each span is the wait for the absent
+    rank and the transfer together, which no timing here tells apart, so its bandwidth is unknown too (NaN). An
+    instance lacking only ranks that were never traced (a subset of the world traced) keeps True: nothing in
+    the folder says those ranks were late (docs/metrics.md, "Wait and transfer")."""
+    if not len(inst):
+        inst["wait_known"] = np.ones(0, bool)
+        return
+    present = set(int(r) for r in present)
+    need = {k[1]: sum(1 for r in m if int(r) in present) for k, m in expected.items() if k[0] == "collective"}
+    n_present = inst["process_group"].map(need).fillna(0).to_numpy(np.int64)
+    known = (inst["kind"].to_numpy() != "collective") | (inst["n_members"].to_numpy() >= n_present)
+    inst["wait_known"] = known
+    if not known.all():
+        for c in ("algbw_gbps", "busbw_gbps"):
+            inst[c] = np.where(known, inst[c].to_numpy(np.float64), np.nan)
+
+
+def unknown_iids(inst: Optional[pd.DataFrame]) -> np.ndarray:
+    """Sorted ids of the instances whose waits are known only in part (:func:`mark_wait_known`)."""
+    if inst is None or not len(inst) or "wait_known" not in inst:
+        return np.empty(0, np.int64)
+    return np.sort(inst.loc[~inst["wait_known"].to_numpy(bool), "instance"].to_numpy(np.int64))
+
+
 #: The instance stage works through the member rows in partitions of about this many rows (whole instances):
 #: its memory stays that of one partition however large the job (docs/scale.md).
 PARTITION_ROWS = 1 << 16

@@ -22,11 +22,12 @@ from analyzer.rank.metrics import step_windows
 ROLE_ORDER = ("dp", "fsdp", "tp", "ep", "pp", "unknown")
 
 
-def role_times(lanes: Any, arg: tuple) -> list[tuple[str, float, float]]:
+def role_times(lanes: Any, arg: tuple) -> list[tuple[str, float, float, float, float]]:
     """Run where a rank's interval sets are kept: per role, the rank's communication time (the union of the
-    role's intervals ``(role, start, end[, wait_end])`` on the rank's own clock) inside its step windows
-    ``lo``/``hi``, the part of its transfer (the time outside the waits [start, wait_end)) overlapped by the
-    rank's compute, and the wait."""
+    role's intervals ``(role, start, end[, wait_end, unsplit])`` on the rank's own clock) inside its step windows
+    ``lo``/``hi``, the part of its transfer (the time outside the waits [start, wait_end) and outside the unsplit
+    rest [wait_end, end) of the members flagged ``unsplit``) overlapped by the rank's compute, the wait and the
+    unsplit time."""
     lo, hi, roles = arg
     compute = lanes.compute if lanes is not None else iv.empty()
     out = []
@@ -34,10 +35,12 @@ def role_times(lanes: Any, arg: tuple) -> list[tuple[str, float, float]]:
         comm = iv.union(s, e)
         # the waits for the last member (``w``: each member's wait end) are no transfer (analyzer/report/waits.py)
         wait = iv.intersect(iv.union(s, w[0]), comm) if w else iv.empty()
-        transfer = iv.difference(comm, wait)
+        unsplit = iv.difference(iv.intersect(iv.union(w[0][w[1]], e[w[1]]), comm), wait) \
+            if w and len(w) > 1 and w[1].any() else iv.empty()
+        transfer = iv.difference(iv.difference(comm, wait), unsplit)
         ov = iv.intersect(transfer, compute)
         out.append((role, float(iv.clipped_lengths(comm, lo, hi).sum()), float(iv.clipped_lengths(ov, lo, hi).sum()),
-                    float(iv.clipped_lengths(wait, lo, hi).sum())))
+                    float(iv.clipped_lengths(wait, lo, hi).sum()), float(iv.clipped_lengths(unsplit, lo, hi).sum())))
     return out
 
 
@@ -53,22 +56,32 @@ def _windows(job: Any, rank: int, trace: Any) -> tuple:
     return step_windows(trace)
 
 
-def _role_columns(part: pd.DataFrame, _arg: Any) -> pd.DataFrame:
-    """Run where a member partition is: the columns role_metrics reads."""
-    return part[[c for c in ("process_group", "rank", "start", "end", "kind", "wait_ns") if c in part]]
+def _role_columns(part: pd.DataFrame, unknown: Any) -> pd.DataFrame:
+    """Run where a member partition is: the columns role_metrics reads, and ``unsplit``: the member is in one of
+    the instances ``unknown`` (sorted ids, or None) whose waits are known only in part (waits.py)."""
+    out = part[[c for c in ("process_group", "rank", "start", "end", "kind", "wait_ns") if c in part]]
+    if unknown is not None and "iid" in part:
+        out = out.assign(unsplit=np.isin(part["iid"].to_numpy(np.int64), unknown))
+    return out
 
 
 def role_metrics(job: Any, members: Any, offset_of: dict, role_of: dict[str, str],
-                 n_steps: int, waits: bool = True) -> list[dict]:
-    """One row per role: groups, comm/wait/transfer/overlap/exposed time and shares, collectives per step and
-    mean bytes. ``waits``: split the members' waits off their transfer (False when the clocks are not aligned).
+                 n_steps: int, waits: bool = True, unknown_iids: Optional[np.ndarray] = None) -> list[dict]:
+    """One row per role: groups, comm/wait/transfer/unsplit/overlap/exposed time and shares, collectives per step
+    and mean bytes. ``waits``: split the members' waits off their transfer (False when the clocks are not
+    aligned); ``unknown_iids``: the instances whose waits are known only in part (their members' time after the
+    last present arrival is unsplit, neither wait nor transfer: analyzer/report/waits.py).
 
     The overlap with compute is measured where each rank was parsed (Job.on_ranks): only the rank's member
     intervals go there and two numbers per role come back, never a rank's compute set."""
     if members is None or not len(members):
         return []
     # the five columns this needs, fetched from the member partitions (not the member table)
-    members = as_parts(members).frame(_role_columns)
+    parts = as_parts(members)
+    unknown = np.sort(np.asarray(unknown_iids, np.int64)) if unknown_iids is not None else np.empty(0, np.int64)
+    members = parts.frame(_role_columns, [unknown[a:b] for a, b in parts.in_range(unknown)] if len(unknown)
+                          else None)
+    unsplit = members["unsplit"].to_numpy(bool) if waits and "unsplit" in members else None
     role = members["process_group"].map(role_of).fillna("unknown").to_numpy(dtype=object)
     rank_of = members["rank"].to_numpy()
     start, end = members["start"].to_numpy(np.int64), members["end"].to_numpy(np.int64)
@@ -92,19 +105,21 @@ def role_metrics(job: Any, members: Any, offset_of: dict, role_of: dict[str, str
         for name in pd.unique(role[rows]):  # in order of first appearance, as groupby(sort=False) gave them
             sel = rows[role[rows] == name]
             roles.append((str(name), start[sel] - shift, end[sel] - shift)
-                         + (() if wait_end is None else (wait_end[sel] - shift,)))
+                         + (() if wait_end is None else (wait_end[sel] - shift,))
+                         + (() if wait_end is None or unsplit is None else (unsplit[sel],)))
             calls[str(name)] = int(coll[sel].sum())
         args[int(rank)] = (lo, hi, roles)
         facts[int(rank)] = (float((hi - lo).sum()), calls)
     times = ask_ranks(job, role_times, args)
     for rank in args:  # in rank order, as the sums were always taken
         step_total, calls = facts[rank]
-        for role, c, o, w in times.get(rank) or role_times(None, args[rank]):
-            a = acc.setdefault(role, {"comm": 0.0, "overlap": 0.0, "wait": 0.0, "step": 0.0, "ranks": set(),
-                                      "calls": 0})
+        for role, c, o, w, u in times.get(rank) or role_times(None, args[rank]):
+            a = acc.setdefault(role, {"comm": 0.0, "overlap": 0.0, "wait": 0.0, "unsplit": 0.0, "step": 0.0,
+                                      "ranks": set(), "calls": 0})
             a["comm"] += c
             a["overlap"] += o
             a["wait"] += w
+            a["unsplit"] += u
             a["step"] += step_total
             a["ranks"].add(rank)
             a["calls"] += calls[role]
@@ -117,11 +132,14 @@ def role_metrics(job: Any, members: Any, offset_of: dict, role_of: dict[str, str
         if a["comm"] <= 0:
             continue
         n_ranks = len(a["ranks"]) or 1
-        transfer = a["comm"] - a["wait"]  # exposed communication and overlap are the transfer's, not the waits'
+        # exposed communication and overlap are the transfer's, not the waits' nor the unsplit time's
+        transfer = a["comm"] - a["wait"] - a["unsplit"]
         out.append({
             "role": role, "groups": sorted(groups_of.get(role, [])), "ranks": sorted(a["ranks"]),
             "comm_us": a["comm"] / n_ranks / 1e3, "exposed_comm_us": (transfer - a["overlap"]) / n_ranks / 1e3,
             "wait_us": a["wait"] / n_ranks / 1e3, "transfer_us": transfer / n_ranks / 1e3,
+            "unsplit_us": a["unsplit"] / n_ranks / 1e3,
+            "unsplit_share": a["unsplit"] / a["step"] if a["step"] else None,
             "comm_share": a["comm"] / a["step"] if a["step"] else None,
             "transfer_share": transfer / a["step"] if a["step"] else None,
             "overlap_coverage": a["overlap"] / transfer if transfer > 0 else None,

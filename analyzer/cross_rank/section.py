@@ -133,6 +133,7 @@ def _analyse(job: Job, gpus_per_node: Optional[int]) -> CrossRank:
     inst, members = _instances_and_members(coll, pr, al, hosts.rank_to_host if hosts.known else {}, expected,
                                            getattr(job, "engine", None))  # empties `coll`
     del pr
+    co.mark_wait_known(inst, expected, ranks)
     unmatched += int((~inst["complete"]).sum())
     return CrossRank(hosts, al, inst, members, expected, keys.method, unmatched, declared, desyncs,
                      first_compute, role_facts)
@@ -324,9 +325,10 @@ def _groups_section(job: Job, cr: CrossRank) -> list[dict]:
     return out
 
 
-def _facts_of_part(part: pd.DataFrame, _arg: Any) -> tuple:
-    """Run where a member partition is: each group's member ranks, each rank's wait (sum, count) and transfer
-    (sum), the wait inside steps."""
+def _facts_of_part(part: pd.DataFrame, unknown: Any) -> tuple:
+    """Run where a member partition is: each group's member ranks, each rank's wait (sum, count), transfer and
+    unsplit time (sums: a member of one of the instances ``unknown`` — sorted ids, or None — has no known
+    transfer), the wait inside steps, and per group the rows each rank has in those instances."""
     pg, rank, wait = part["process_group"].to_numpy(), part["rank"].to_numpy(), part["wait_ns"].to_numpy()
     code, names = pd.factorize(pg)
     span = int(rank.max()) + 1 if len(rank) else 1
@@ -335,40 +337,82 @@ def _facts_of_part(part: pd.DataFrame, _arg: Any) -> tuple:
     for c, r in zip((pairs // span).tolist(), (pairs % span).tolist()):
         groups.setdefault(names[c], []).append(r)
     ranks, inv = np.unique(rank, return_inverse=True)
-    total, transfer = np.zeros(len(ranks), np.int64), np.zeros(len(ranks), np.int64)
+    total, transfer, unsplit = (np.zeros(len(ranks), np.int64) for _ in range(3))
     np.add.at(total, inv, wait)
+    held: dict = {}
     if "member_transfer_ns" in part:
-        np.add.at(transfer, inv, part["member_transfer_ns"].to_numpy())
+        rest = part["member_transfer_ns"].to_numpy()
+        out = np.isin(part["iid"].to_numpy(), unknown) if unknown is not None and len(unknown) \
+            else np.zeros(len(part), bool)
+        np.add.at(transfer, inv[~out], rest[~out])
+        np.add.at(unsplit, inv[out], rest[out])
+        if out.any():
+            key, count = np.unique(code[out].astype(np.int64) * span + rank[out], return_counts=True)
+            for c, r, n in zip((key // span).tolist(), (key % span).tolist(), count.tolist()):
+                held.setdefault(names[c], {})[r] = n
     return (groups, ranks, total, np.bincount(inv, minlength=len(ranks)), int(wait[part["step"].to_numpy() >= 0].sum()),
-            transfer)
+            transfer, unsplit, held)
 
 
 def member_facts(cr: CrossRank) -> dict:
     """What the section needs of every member row, asked of the partitions once: ``ranks`` (group → its
-    member ranks, sorted), ``wait`` (ranks, total wait ns, rows; by rank), ``transfer`` (total transfer ns, in
-    the order of ``wait``'s ranks), ``wait_in_steps`` (ns)."""
+    member ranks, sorted), ``wait`` (ranks, total wait ns, rows; by rank), ``transfer`` and ``unsplit`` (total
+    ns, in the order of ``wait``'s ranks), ``wait_in_steps`` (ns), ``unsplit_held`` (group → rank → its rows in
+    the group's instances whose waits are known only in part)."""
     if not hasattr(cr, "_facts"):
         groups: dict = {}
+        held: dict = {}
         per = []
         in_steps = 0
-        for g, ranks, total, count, inside, transfer in cr.parts.map(_facts_of_part):
+        unknown = co.unknown_iids(getattr(cr, "instances", None))
+        args = [unknown[a:b] for a, b in cr.parts.in_range(unknown)] if len(unknown) else None
+        for g, ranks, total, count, inside, transfer, unsplit, h in cr.parts.map(_facts_of_part, args):
             for name, rs in g.items():
                 groups.setdefault(name, set()).update(rs)
-            per.append((ranks, total, count, transfer))
+            for name, rows in h.items():
+                into = held.setdefault(name, {})
+                for r, n in rows.items():
+                    into[r] = into.get(r, 0) + n
+            per.append((ranks, total, count, transfer, unsplit))
             in_steps += inside
         if per:
             ranks = np.concatenate([p[0] for p in per])
             u, inv = np.unique(ranks, return_inverse=True)
-            total, count, transfer = (np.zeros(len(u), np.int64), np.zeros(len(u), np.int64),
-                                      np.zeros(len(u), np.int64))
-            np.add.at(total, inv, np.concatenate([p[1] for p in per]))
-            np.add.at(count, inv, np.concatenate([p[2] for p in per]))
-            np.add.at(transfer, inv, np.concatenate([p[3] for p in per]))
+            sums = [np.zeros(len(u), np.int64) for _ in range(4)]
+            for k, into in enumerate(sums, 1):
+                np.add.at(into, inv, np.concatenate([p[k] for p in per]))
+            total, count, transfer, unsplit = sums
         else:
-            u = total = count = transfer = np.empty(0, np.int64)
+            u = total = count = transfer = unsplit = np.empty(0, np.int64)
         cr._facts = {"ranks": {k: sorted(v) for k, v in groups.items()}, "wait": (u, total, count),
-                     "transfer": transfer, "wait_in_steps": in_steps}
+                     "transfer": transfer, "unsplit": unsplit, "wait_in_steps": in_steps, "unsplit_held": held}
     return cr._facts
+
+
+def unsplit_section(job: Job, cr: CrossRank) -> Optional[dict]:
+    """`cross_rank.collectives.wait_unknown`: the instances that lack a traced member, the traced ranks they
+    lack (per group: those with fewer rows in them than the group has such instances) and why each is absent;
+    None when every instance has its traced members (collectives.mark_wait_known)."""
+    inst = cr.instances
+    unknown = co.unknown_iids(inst)
+    if not len(unknown):
+        return None
+    sel = inst[~inst["wait_known"].to_numpy(bool)]
+    held = member_facts(cr)["unsplit_held"]
+    present = set(job.traces)
+    missing: set = set()
+    for g, n in sel.groupby("process_group").size().items():
+        expected = cr.expected.get(("collective", g)) or []
+        rows = held.get(g, {})
+        missing |= {int(r) for r in expected if int(r) in present and rows.get(int(r), 0) < n}
+    damage = getattr(job, "damage", None) or {}
+    why = {}
+    for r in sorted(missing):
+        d = damage.get(r)
+        why[str(r)] = ("collectives_lost" if d is not None and not d.collectives_trusted() else
+                       "cut" if d is not None else "not_recorded")
+    return {"instances": int(len(sel)), "groups": sorted(str(g) for g in sel["process_group"].unique()),
+            "ranks_missing": sorted(missing), "why": why}
 
 
 def world_group_role(ops: dict[str, int]) -> str:
@@ -478,6 +522,16 @@ def _judge_busbw(link: lk.Link, op: str, n: int, nbytes: Optional[float], count:
     return {"nominal_busbw_gbps": link.nominal_gbps, "expected_busbw_gbps": exp, "busbw_efficiency": eff}
 
 
+def _per_active(transfer: np.ndarray, known: np.ndarray, in_steps: np.ndarray, step: np.ndarray) -> Optional[float]:
+    """Transfer µs per step holding a call, over the steps whose calls all have a known transfer; None without."""
+    if not in_steps.any():
+        return None
+    bad = np.unique(step[in_steps & ~known])
+    ok = in_steps & ~np.isin(step, bad)
+    active = len(np.unique(step[ok]))
+    return float(transfer[ok].sum()) / active / 1e3 if active else None
+
+
 def cross_rank_section(job: Job, gpus_per_node: Optional[int] = None) -> dict:
     """JSON-ready dict of everything learned between ranks (docs/report-sections.md `cross_rank`)."""
     if not job.traces:
@@ -499,6 +553,10 @@ def cross_rank_section(job: Job, gpus_per_node: Optional[int] = None) -> dict:
         by = []
         for (pg, op), g in inst.groupby(["process_group", "op"], sort=True):
             link = links.get(pg) or group_link(job, {"span": span_of.get(pg, "unknown"), "ranks": []})
+            # an instance lacking a traced member has no known transfer (collectives.mark_wait_known): the
+            # transfer figures are those of the others; none when no instance of the row is whole
+            known = g["wait_known"].to_numpy(bool) if "wait_known" in g else np.ones(len(g), bool)
+            tr = g["transfer_ns"].to_numpy()
             nbytes = int(g["bytes"].clip(lower=0).sum()) if (g["bytes"] >= 0).any() else None
             busbw = _nanmean(g["busbw_gbps"])
             size = int(g["group_size"].max()) if "group_size" in g else 0
@@ -509,12 +567,11 @@ def cross_rank_section(job: Job, gpus_per_node: Optional[int] = None) -> dict:
                        # gradient accumulation (no_sync) the reductions run in one step of several
                        "active_steps": active,
                        "calls_per_active_step": float(in_steps.sum()) / active if active else None,
-                       "transfer_us_per_active_step": float(g["transfer_ns"].to_numpy()[in_steps].sum()) / active / 1e3
-                       if active else None,
+                       "transfer_us_per_active_step": _per_active(tr, known, in_steps, g["step"].to_numpy()),
                        "bytes": nbytes,
                        "mean_bytes": float(g.loc[g["bytes"] >= 0, "bytes"].mean()) if (g["bytes"] >= 0).any()
                        else None,
-                       "mean_transfer_us": float(g["transfer_ns"].mean()) / 1e3,
+                       "mean_transfer_us": float(tr[known].mean()) / 1e3 if known.any() else None,
                        "mean_busbw_gbps": busbw,
                        "mean_algbw_gbps": _nanmean(g["algbw_gbps"]),
                        "link_class": link.link_class,
@@ -527,12 +584,14 @@ def cross_rank_section(job: Job, gpus_per_node: Optional[int] = None) -> dict:
             "unmatched": int(cr.unmatched_rows), "match_method": cr.match_method,
             "p2p_pairs": int((inst["kind"] == "p2p").sum()), "by_group_op": by,
             "per_rank_wait": [{"rank": int(r), "total_wait_us": float(t) / 1e3, "mean_wait_us": float(t / c) / 1e3,
-                               "total_transfer_us": float(x) / 1e3}
-                              for r, t, c, x in zip(*facts["wait"], facts["transfer"])]}
+                               "total_transfer_us": float(x) / 1e3, "total_unsplit_us": float(u) / 1e3}
+                              for r, t, c, x, u in zip(*facts["wait"], facts["transfer"], facts["unsplit"])],
+            "wait_unknown": unsplit_section(job, cr)}
         nsteps = len([s for s in (job.step_metrics["step"].unique() if len(job.step_metrics) else []) if s >= 0])
         section["roles"] = role_metrics(job, mem, cr.alignment.offset_of,
                                         {g["name"]: g["judged_role"] for g in groups}, max(1, nsteps),
-                                        waits=cr.alignment.status == "ok")
+                                        waits=cr.alignment.status == "ok",
+                                        unknown_iids=co.unknown_iids(inst))
         section["stragglers"] = sg.analyse(job, inst, mem, cr.alignment.offset_of)
         section["placement"] = pc.analyse(job, inst, mem, cr.alignment.offset_of)
         section["pipeline"] = pl.analyse(job, inst, mem, cr.alignment.offset_of)

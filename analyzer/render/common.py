@@ -49,6 +49,20 @@ def pct(x: Optional[float], width: int = 0) -> str:
     return "-".rjust(width) if x is None else f"{100 * x:.1f}%".rjust(width)
 
 
+def unsplit_note(summary: dict) -> str:
+    """' (+ 54.0% unsplit: …)' after the exposed share when part of the collectives' time lacks a traced member's
+    arrival (docs/metrics.md, "Wait and transfer"); '' otherwise."""
+    u = summary.get("unsplit_share")
+    if not isinstance(u, (int, float)) or u < 0.0005:
+        return ""
+    return f" (+ {pct(u)} unsplit: wait or transfer, in collectives missing a traced rank)"
+
+
+def has_unsplit(rows: list) -> bool:
+    """Whether any per-rank row has collective time with no known wait/transfer split (an 'unsplit' column)."""
+    return any(isinstance(r.get("unsplit_us"), (int, float)) and r["unsplit_us"] > 0 for r in rows)
+
+
 def ms(us: Optional[float], width: int = 0) -> str:
     """Microseconds → milliseconds with 3 decimals ('-' when unknown)."""
     return "-".rjust(width) if us is None else f"{us / 1000:.3f}".rjust(width)

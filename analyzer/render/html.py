@@ -6,7 +6,7 @@ from typing import Any, Iterable, Iterator, Optional, TextIO
 
 from analyzer.render import sanitize
 
-from analyzer.render.common import (group_role, consequence_lines, cost_text, evidence_texts, explained_by, mb, ms,
+from analyzer.render.common import (has_unsplit, unsplit_note, group_role, consequence_lines, cost_text, evidence_texts, explained_by, mb, ms,
                                     pipeline_shape, nothing_analysed, num, pct, printable, ranges, skipped_summary, subject_text)
 
 CSS = """
@@ -119,7 +119,7 @@ def _header(report: dict) -> str:
         facts.append("whole trace" if steps == [-1] else steps_label(steps))
     if s.get("mean_step_time_us") is not None:
         facts += [f"mean step {ms(s['mean_step_time_us'])} ms", f"worst-step spread {pct(s.get('max_step_time_spread'))}",
-                  f"comm share {pct(s.get('comm_share'))}", f"exposed comm {pct(s.get('exposed_comm_share'))}",
+                  f"comm share {pct(s.get('comm_share'))}", f"exposed comm {pct(s.get('exposed_comm_share'))}{unsplit_note(s)}",
                   f"overlap {pct(s.get('overlap_coverage'))}", f"idle {pct(s.get('idle_share'))}"]
     strag = (cr.get("stragglers") or {}).get("straggler")
     if strag is not None:
@@ -299,12 +299,13 @@ def _table_section_pieces(report: dict) -> Iterator[str]:
         body = ([str(r["rank"]), ms(r.get("mean_step_time_us")), pct(r.get("comm_share")),
                  ms(per_step_mean(r, "wait_us")), ms(per_step_mean(r, "transfer_us")),
                  pct(r.get("exposed_comm_share")), pct(r.get("overlap_coverage")), pct(r.get("idle_share")),
-                 pct(per.get(r["rank"], {}).get("pct_last"))] for r in rows)
+                 pct(per.get(r["rank"], {}).get("pct_last"))]
+                + ([ms(per_step_mean(r, "unsplit_us"))] if has_unsplit(rows) else []) for r in rows)
         hl = {i for i, r in enumerate(rows) if r["rank"] == strag.get("straggler")}
         yield "<h2>Per rank</h2>"
         yield from _fold_pieces("per-rank table", _table_pieces(
             ["rank", "mean step ms", "comm share %", "wait ms/step", "transfer ms/step", "exposed comm %",
-             "overlap %", "idle %", "last to arrive %"],
+             "overlap %", "idle %", "last to arrive %"] + (["unsplit ms/step"] if has_unsplit(rows) else []),
             body, hl),
             len(rows))
     out = []

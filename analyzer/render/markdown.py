@@ -6,7 +6,7 @@ from typing import Any
 
 from analyzer.render import sanitize
 
-from analyzer.render.common import (group_role, consequence_lines, cost_text, evidence_texts, mb, ms, num, pct, printable,
+from analyzer.render.common import (has_unsplit, unsplit_note, group_role, consequence_lines, cost_text, evidence_texts, mb, ms, num, pct, printable,
                                     ranges, skipped_summary, subject_text)
 
 DETAILS_OVER = 12  # tables longer than this fold into <details>
@@ -66,7 +66,7 @@ def _head(report: dict) -> list[str]:
     if s.get("mean_step_time_us") is not None:
         facts.append(f"**mean step** {ms(s['mean_step_time_us'])} ms")
         facts.append(f"**comm share** {pct(s.get('comm_share'))}")
-        facts.append(f"**exposed comm** {pct(s.get('exposed_comm_share'))}")
+        facts.append(f"**exposed comm** {pct(s.get('exposed_comm_share'))}{unsplit_note(s)}")
         facts.append(f"**overlap** {pct(s.get('overlap_coverage'))}")
         facts.append(f"**idle** {pct(s.get('idle_share'))}")
         facts.append(f"**worst-step spread** {pct(s.get('max_step_time_spread'))}")
@@ -159,10 +159,10 @@ def _ranks(report: dict) -> list[str]:
              ms(r.get("mean_step_time_us")), pct(r.get("comm_share")), ms(per_step_mean(r, "wait_us")),
              ms(per_step_mean(r, "transfer_us")), pct(r.get("exposed_comm_share")),
              pct(r.get("overlap_coverage")), pct(r.get("idle_share")), pct(per.get(r["rank"], {}).get("pct_last"))]
-            for r in rows]
+            + ([ms(per_step_mean(r, "unsplit_us"))] if has_unsplit(rows) else []) for r in rows]
     return ["", "### Per-rank summary", ""] + md_table(
         ["rank", "mean step ms", "comm share %", "wait ms/step", "transfer ms/step", "exposed comm %", "overlap %",
-         "idle %", "last to arrive %"], body, "per rank")
+         "idle %", "last to arrive %"] + (["unsplit ms/step"] if has_unsplit(rows) else []), body, "per rank")
 
 
 def _groups(report: dict) -> list[str]:

@@ -11,7 +11,7 @@ if TYPE_CHECKING:
 _SUMS = ["step_time_ns", "compute_ns", "comm_ns", "overlap_ns", "exposed_comm_ns", "memcpy_ns", "busy_ns",
          "idle_ns"]
 #: Summed too when the step metrics carry the wait/transfer split (analyzer/report/waits.py).
-_SPLIT = ["wait_ns", "exposed_wait_ns", "transfer_ns"]
+_SPLIT = ["wait_ns", "exposed_wait_ns", "transfer_ns", "unsplit_ns", "exposed_unsplit_ns"]
 
 
 def _sums(step_metrics: pd.DataFrame) -> list[str]:
@@ -34,6 +34,8 @@ def _ratios(t: pd.DataFrame | pd.Series) -> dict:
         out["wait_share"] = div(t["wait_ns"], t["step_time_ns"])
         out["exposed_wait_share"] = div(t["exposed_wait_ns"], t["step_time_ns"])
         out["transfer_share"] = div(transfer, t["step_time_ns"])
+    if "unsplit_ns" in t:
+        out["unsplit_share"] = div(t["unsplit_ns"], t["step_time_ns"])
     return out
 
 

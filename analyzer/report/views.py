@@ -76,8 +76,9 @@ def collectives_frame(job: Job, report: dict) -> pd.DataFrame:
     m, inst = cr.members, cr.instances
     if m is None or not len(m) or inst is None or not len(inst):
         return pd.DataFrame()
-    keep = ["instance", "n_members", "group_size", "complete", "bytes", "transfer_ns", "busbw_gbps", "algbw_gbps",
-            "last_rank", "arrival_skew_ns"]
+    keep = ["instance", "n_members", "group_size", "complete", "wait_known", "bytes", "transfer_ns", "busbw_gbps",
+            "algbw_gbps", "last_rank", "arrival_skew_ns"]
+    keep = [c for c in keep if c in inst]
     out = m.merge(inst[keep], left_on="iid", right_on="instance", how="left").drop(columns=["instance"])
     out = out.rename(columns={"iid": "instance", "duration_ns": "member_duration_ns"})
     out["bytes"] = out["bytes"].where(out["bytes"] >= 0)
@@ -88,7 +89,7 @@ def collectives_frame(job: Job, report: dict) -> pd.DataFrame:
             "bytes",
             "start_us", "end_us", "wait_us", "member_transfer_us", "member_duration_us", "transfer_us", "busbw_gbps",
             "algbw_gbps",
-            "n_members", "group_size", "complete", "last_rank", "arrival_skew_us"]
+            "n_members", "group_size", "complete", "wait_known", "last_rank", "arrival_skew_us"]
     out = _us(out)
     for c, v in exact.items():  # epoch-scale µs floats keep ~0.25 µs; the integer ns are exact
         out[c] = v
