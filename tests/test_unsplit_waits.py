@@ -145,3 +145,30 @@ def test_a_cut_rank_s_operator_count_does_not_make_its_peers_look_busier(tmp_pat
     assert 0 not in per or per[0].get("more_compute_ops") is None
     assert all(abs(per[r]["more_compute_ops"]) < 1 for r in (1, 2)), per
     a.close()
+
+
+def test_a_rank_whose_collectives_a_cut_lost_may_belong_to_a_group_known_only_from_its_rows():
+    """Without pg names and with several groups declared, the rows are grouped by stream order and a group's
+    members are the ranks that have rows in it: a rank whose collectives the cut lost entirely has none, so its
+    absence looked like not being a member, the instances looked whole, and the others' wait for it was transfer."""
+    from types import SimpleNamespace
+
+    from analyzer.cross_rank.collectives import assign_keys, maybe_members
+    from analyzer.load.damage import CutDamage
+    long = {"pg_name": np.array(["", "", ""], dtype=object), "pg_ranks": np.array(["", "", ""], dtype=object),
+            "device_type": np.array(["cpu"] * 3, dtype=object), "stream": np.array([0, 0, 0]),
+            "rank": np.array([0, 2, 3])}
+    declared = {"1": SimpleNamespace(ranks=[0, 1]), "2": SimpleNamespace(ranks=[2, 3])}
+    keys = assign_keys(long, declared)
+    assert keys.members == {"order": [0, 2, 3]} and keys.inferred == frozenset({"order"})
+    lost = CutDamage(rank=1, path="rank1.json", cut_at_ns=0, cut_thread=7, lost_threads=[9])
+    kept = CutDamage(rank=1, path="rank1.json", cut_at_ns=0, cut_thread=7, lost_threads=[])
+    assert maybe_members(keys, SimpleNamespace(damage={1: lost})) == {"order": [1]}
+    assert maybe_members(keys, SimpleNamespace(damage={1: kept})) == {}  # its rows up to the cut say where it is
+    m = _members(0, [0, 2, 3], [0, 10, 20], [100, 100, 100]).assign(process_group="order")
+    expected = {("collective", "order"): [0, 2, 3]}
+    inst, _ = instance_frame(m, {}, expected)
+    mark_wait_known(inst, expected, [0, 1, 2, 3], {"order": [1]})
+    assert inst["wait_known"].tolist() == [False]
+    mark_wait_known(inst, expected, [0, 1, 2, 3])
+    assert inst["wait_known"].tolist() == [True]

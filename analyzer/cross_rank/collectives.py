@@ -119,6 +119,8 @@ class Keys:
 
     members: dict[str, list[int]]
     method: str  # process_group | stream_order
+    #: groups whose members are only the ranks that have rows in them (no declared ranks, no pg_ranks)
+    inferred: frozenset = frozenset()
 
 
 def assign_keys(long: Any, declared: dict[str, Any]) -> Keys:
@@ -146,9 +148,12 @@ def assign_keys(long: Any, declared: dict[str, Any]) -> Keys:
     span = int(rank.max()) + 1 if len(rank) else 1
     pairs = np.unique(kcode.astype(np.int64) * span + rank)  # (group, rank) present, by group then rank
     cut = np.searchsorted(pairs // span, np.arange(len(knames) + 1))
+    inferred = set()
     for i, k in enumerate(knames):
         g = declared.get(k)
         members[k] = list(g.ranks) if g is not None and g.ranks else (pairs[cut[i]:cut[i + 1]] % span).tolist()
+        if g is None or not g.ranks:
+            inferred.add(k)
     # each distinct (pg name, pg ranks) once, in order of first appearance
     pcode = pd.factorize(pg[has])[0].astype(np.int64)
     rcodes, rnames = pd.factorize(np.asarray(long["pg_ranks"])[has])
@@ -158,8 +163,9 @@ def assign_keys(long: Any, declared: dict[str, Any]) -> Keys:
         pr = parse_ranks(ranks_text)
         if pr and len(pr) > len(members.get(name, [])):
             members[name] = pr
+            inferred.discard(name)
     method = "process_group" if has.all() or only is not None else "stream_order"
-    return Keys(members, method)
+    return Keys(members, method, frozenset(inferred))
 
 
 #: Columns of a collective row that the cross-rank stage uses after the rows are split (section.py).
@@ -340,24 +346,42 @@ def instance_frame(members: pd.DataFrame, hosts_of: dict[int, str], expected: di
     return inst, m
 
 
-def mark_wait_known(inst: pd.DataFrame, expected: dict, present: Any) -> None:
+def mark_wait_known(inst: pd.DataFrame, expected: dict, present: Any, maybe: Optional[dict] = None) -> None:
     """Set ``wait_known`` on the instance table, in place: False on a collective instance that lacks a member
     whose rank is traced in this job (its rows were lost in a cut, or it recorded fewer steps). Its members'
     waits are then known only up to the last *present* arrival: the rest of each span is the wait for the absent
     rank and the transfer together, which no timing here tells apart, so its bandwidth is unknown too (NaN). An
     instance lacking only ranks that were never traced (a subset of the world traced) keeps True: nothing in
-    the folder says those ranks were late (docs/metrics.md, "Wait and transfer")."""
+    the folder says those ranks were late (docs/metrics.md, "Wait and transfer"). ``maybe``: group → traced
+    ranks that may be members though no row says so (a cut lost all their collectives, and the group's members
+    are known only from its rows: :func:`maybe_members`)."""
     if not len(inst):
         inst["wait_known"] = np.ones(0, bool)
         return
     present = set(int(r) for r in present)
-    need = {k[1]: sum(1 for r in m if int(r) in present) for k, m in expected.items() if k[0] == "collective"}
+    need = {k[1]: sum(1 for r in m if int(r) in present) + len((maybe or {}).get(k[1], ()))
+            for k, m in expected.items() if k[0] == "collective"}
     n_present = inst["process_group"].map(need).fillna(0).to_numpy(np.int64)
     known = (inst["kind"].to_numpy() != "collective") | (inst["n_members"].to_numpy() >= n_present)
     inst["wait_known"] = known
     if not known.all():
         for c in ("algbw_gbps", "busbw_gbps"):
             inst[c] = np.where(known, inst[c].to_numpy(np.float64), np.nan)
+
+
+def maybe_members(keys: Keys, job: Any) -> dict[str, list[int]]:
+    """Per group whose members are known only from its rows (Keys.inferred): the ranks whose collectives a cut
+    lost entirely (analyzer/load/damage.py) and that no row places in it, which may have been members."""
+    lost = sorted(int(r) for r, d in (getattr(job, "damage", None) or {}).items()
+                  if d is not None and not d.collectives_trusted())
+    if not lost:
+        return {}
+    out = {}
+    for k in keys.inferred:
+        extra = [r for r in lost if r not in set(keys.members.get(k, []))]
+        if extra:
+            out[k] = extra
+    return out
 
 
 def unknown_iids(inst: Optional[pd.DataFrame]) -> np.ndarray:

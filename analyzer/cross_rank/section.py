@@ -49,6 +49,9 @@ class CrossRank:
     first_compute: dict = field(default_factory=dict)
     #: per group: what tells its role (roles.group_role_facts: reductions in the forward, recurring payloads)
     role_facts: dict = field(default_factory=dict)
+    #: per group known only from its rows: ranks whose collectives a cut lost that may be members
+    #: (collectives.maybe_members; such instances' waits are not known: mark_wait_known)
+    maybe_members: dict = field(default_factory=dict)
 
     @property
     def members(self) -> pd.DataFrame:
@@ -133,10 +136,11 @@ def _analyse(job: Job, gpus_per_node: Optional[int]) -> CrossRank:
     inst, members = _instances_and_members(coll, pr, al, hosts.rank_to_host if hosts.known else {}, expected,
                                            getattr(job, "engine", None))  # empties `coll`
     del pr
-    co.mark_wait_known(inst, expected, ranks)
+    maybe = co.maybe_members(keys, job)
+    co.mark_wait_known(inst, expected, ranks, maybe)
     unmatched += int((~inst["complete"]).sum())
     return CrossRank(hosts, al, inst, members, expected, keys.method, unmatched, declared, desyncs,
-                     first_compute, role_facts)
+                     first_compute, role_facts, maybe)
 
 
 #: The member table's columns before its waits and durations are added (docs/cross-rank.md).
@@ -402,7 +406,7 @@ def unsplit_section(job: Job, cr: CrossRank) -> Optional[dict]:
     present = set(job.traces)
     missing: set = set()
     for g, n in sel.groupby("process_group").size().items():
-        expected = cr.expected.get(("collective", g)) or []
+        expected = list(cr.expected.get(("collective", g)) or []) + list(cr.maybe_members.get(g, []))
         rows = held.get(g, {})
         missing |= {int(r) for r in expected if int(r) in present and rows.get(int(r), 0) < n}
     damage = getattr(job, "damage", None) or {}
