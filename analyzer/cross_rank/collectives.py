@@ -423,16 +423,3 @@ def instance_task(item: tuple) -> tuple[pd.DataFrame, pd.DataFrame]:
     and its member rows with their waits, which stay where they were made (member_parts.py)."""
     frame, hosts_of, expected = item
     return instance_frame(frame.reset_index(drop=True), hosts_of, expected, owned=True)
-
-
-def instance_table(job: Any, gpus_per_node: Optional[int] = None) -> pd.DataFrame:
-    """One row per collective instance / send-recv pair on the aligned clock (for plots; see docs/cross-rank.md)."""
-    from analyzer.cross_rank.section import analyse
-    return analyse(job, gpus_per_node).instances
-
-
-def member_table(job: Any, gpus_per_node: Optional[int] = None) -> pd.DataFrame:
-    """One row per (instance, rank): aligned start/end, duration_ns = wait_ns (for the last member to arrive) +
-    member_transfer_ns (the rest; the instance's own transfer_ns is its shortest member duration)."""
-    from analyzer.cross_rank.section import analyse
-    return analyse(job, gpus_per_node).members

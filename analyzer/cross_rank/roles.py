@@ -151,6 +151,30 @@ def role_metrics(job: Any, members: Any, offset_of: dict, role_of: dict[str, str
 
 # --- which role a group plays, from what identifies it ---------------------------------------------------------------
 
+
+def world_group_role(ops: dict[str, int]) -> str:
+    """The role a world-spanning group is judged by, from the traffic it carries.
+
+    Send/recv ≥ half → pp; all-to-all (or NCCL SendRecv kernels, how torchrec and DLRM build theirs) ≥ half → ep;
+    parameter all-gathers at least as many as the gradient reductions (reduce-scatter, or all-reduce / 2 on gloo,
+    which has no reduce-scatter) → fsdp; any all-reduce / reduce-scatter → dp. The "early in the step" TP test of
+    infer_role is not used here: a DDP job's buffer broadcasts and a DLRM's embedding exchange also start early.
+    """
+    total = sum(ops.values())
+    if not total:
+        return "unknown"
+    if (ops.get("send", 0) + ops.get("recv", 0)) / total >= 0.5:
+        return "pp"
+    if (ops.get("alltoall", 0) + ops.get("sendrecv", 0)) / total >= 0.5:
+        return "ep"
+    ag, rs, ar = ops.get("allgather", 0), ops.get("reducescatter", 0), ops.get("allreduce", 0)
+    if ag and ag >= rs + ar / 2:
+        return "fsdp"
+    if ar or rs:
+        return "dp"
+    return "unknown"
+
+
 #: A collective issued before this share of its step's compute is in the forward pass (a backward costs about
 #: twice its forward, so the forward is the first third of the step's compute).
 FORWARD_SHARE = 1 / 3
@@ -251,7 +275,6 @@ def judge_role(name: str, ranks: list[int], world: int, ops: dict[str, int], per
     not its first collective comes early. A group with known payloads and no such pattern is not judged TP on an
     early first collective alone (a metrics all-reduce before the forward is not a layer). The evidence names
     what was seen."""
-    from analyzer.cross_rank.section import world_group_role  # the traffic rule for the default group
     role, evidence = infer_role(name, ranks, world, ops, per_step, first_pos)
     judged = world_group_role(ops) if role == "world" else role
     if judged in ("pp", "ep"):

@@ -419,29 +419,6 @@ def unsplit_section(job: Job, cr: CrossRank) -> Optional[dict]:
             "ranks_missing": sorted(missing), "why": why}
 
 
-def world_group_role(ops: dict[str, int]) -> str:
-    """The role a world-spanning group is judged by, from the traffic it carries.
-
-    Send/recv ≥ half → pp; all-to-all (or NCCL SendRecv kernels, how torchrec and DLRM build theirs) ≥ half → ep;
-    parameter all-gathers at least as many as the gradient reductions (reduce-scatter, or all-reduce / 2 on gloo,
-    which has no reduce-scatter) → fsdp; any all-reduce / reduce-scatter → dp. The "early in the step" TP test of
-    infer_role is not used here: a DDP job's buffer broadcasts and a DLRM's embedding exchange also start early.
-    """
-    total = sum(ops.values())
-    if not total:
-        return "unknown"
-    if (ops.get("send", 0) + ops.get("recv", 0)) / total >= 0.5:
-        return "pp"
-    if (ops.get("alltoall", 0) + ops.get("sendrecv", 0)) / total >= 0.5:
-        return "ep"
-    ag, rs, ar = ops.get("allgather", 0), ops.get("reducescatter", 0), ops.get("allreduce", 0)
-    if ag and ag >= rs + ar / 2:
-        return "fsdp"
-    if ar or rs:
-        return "dp"
-    return "unknown"
-
-
 def _first_positions(job: Job, cr: CrossRank) -> dict:
     """Per group: median (over members and steps) share of the step's compute done before its first collective.
 
@@ -649,3 +626,14 @@ def _summary(job: Job, cr: CrossRank, section: dict) -> dict:
                 den += float(st.loc[k])
         bubble = num / den if den else None
     return {"critical_path": crit, "exposed_comm_share": exposed, "bubble_share": bubble, "wait_share": wait}
+
+
+def instance_table(job: Any, gpus_per_node: Optional[int] = None) -> pd.DataFrame:
+    """One row per collective instance / send-recv pair on the aligned clock (for plots; see docs/cross-rank.md)."""
+    return analyse(job, gpus_per_node).instances
+
+
+def member_table(job: Any, gpus_per_node: Optional[int] = None) -> pd.DataFrame:
+    """One row per (instance, rank): aligned start/end, duration_ns = wait_ns (for the last member to arrive) +
+    member_transfer_ns (the rest; the instance's own transfer_ns is its shortest member duration)."""
+    return analyse(job, gpus_per_node).members
