@@ -45,7 +45,7 @@ def _split(values: Optional[Iterable[str]]) -> list[str]:
 
 def _check_selectors(sel: list[str], where: str) -> None:
     """Every selector must be ALL or a prefix of at least one rule id."""
-    from rules.registry import load_all
+    from rules.catalog import load_all
     ids = load_all()
     for s in sel:
         if s != "ALL" and not any(i.startswith(s) for i in ids):
@@ -56,7 +56,8 @@ def _check_selectors(sel: list[str], where: str) -> None:
 
 def _parse_threshold(name: str, value: Any, where: str) -> tuple[str, float]:
     """Validate one threshold name and value."""
-    from rules.registry import THRESHOLDS, load_all
+    from rules.catalog import load_all
+    from rules.registry import THRESHOLDS
     load_all()
     key = str(name).strip().lower().replace("-", "_")
     if key not in THRESHOLDS:
@@ -223,14 +224,14 @@ def config_from_args(args: argparse.Namespace) -> RuleConfig:
 def handle_info_commands(args: argparse.Namespace) -> int | None:
     """--list-rules / --explain: print and return an exit code; None when neither was asked for."""
     from rules.describe import explain, list_rules
-    from rules.registry import get_rule
+    from rules.catalog import get_rule
     if getattr(args, "list_rules", False):
         sys.stdout.write(list_rules())
         return 0
     rid = getattr(args, "explain", None)
     if rid:
         if get_rule(rid) is None:
-            from rules.registry import sorted_rules
+            from rules.catalog import sorted_rules
             print(f"analyze: error: no rule {rid!r}; known: {', '.join(r.id for r in sorted_rules())}",
                   file=sys.stderr)
             return 2

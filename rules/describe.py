@@ -4,7 +4,8 @@ from __future__ import annotations
 import textwrap
 from typing import Optional
 
-from rules.registry import THRESHOLDS, get_rule, sorted_rules
+from rules.catalog import get_rule, sorted_rules
+from rules.registry import THRESHOLDS
 from rules.threshold_sources import source_of
 
 

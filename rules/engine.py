@@ -6,7 +6,8 @@ from typing import Any, Optional
 from rules.config import RuleConfig
 from rules.context import Context
 from rules.finding import SEVERITY_RANK, Evidence, Finding
-from rules.registry import RULES, load_all
+from rules.catalog import load_all
+from rules.registry import RULES
 
 RULE_DOC = "analyze --explain {id}"
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Iterable
 
 from rules.finding import SEVERITIES, Finding
 
@@ -69,20 +69,3 @@ def rule(id: str, title: str, severity: str, thresholds: Iterable[Threshold] = (
         return func
 
     return deco
-
-
-def load_all() -> dict[str, Rule]:
-    """Import every rule module (registration happens on import) and return the registry."""
-    from rules import catalog  # noqa: F401  (imports the rule families)
-    return RULES
-
-
-def get_rule(rule_id: str) -> Optional[Rule]:
-    """The rule with this id (case-insensitive), or None."""
-    load_all()
-    return RULES.get(rule_id.upper())
-
-
-def sorted_rules() -> list[Rule]:
-    """All rules in id order."""
-    return [RULES[k] for k in sorted(load_all())]

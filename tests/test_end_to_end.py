@@ -55,7 +55,7 @@ def test_dash_means_stdout(tmp_path, capsys, monkeypatch):
 
 @pytest.mark.slow
 def test_baseline_rules_are_registered_and_ignorable(capsys):
-    from rules.registry import load_all
+    from rules.catalog import load_all
     assert {"BASE001", "BASE002", "BASE003"} <= set(load_all())
     args = [str(ROOT / "fixtures/sim/ddp_slow_link"), "--baseline", str(ROOT / "fixtures/sim/ddp_clean"), "-q",
             "--format", "json"]

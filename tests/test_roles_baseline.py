@@ -119,7 +119,8 @@ def test_bucket_advice_sizes_the_cap_from_the_gradients_or_says_it_cannot():
 
 
 def test_every_threshold_says_where_its_number_comes_from():
-    from rules.registry import THRESHOLDS, load_all
+    from rules.catalog import load_all
+    from rules.registry import THRESHOLDS
     from rules.threshold_sources import source_of
     load_all()
     missing = sorted(n for n, t in THRESHOLDS.items() if not source_of(t).strip())

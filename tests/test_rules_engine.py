@@ -11,7 +11,8 @@ from rules.config import ConfigError, RuleConfig, add_cli_arguments, build_confi
 from rules.describe import explain, list_rules, markdown_table
 from rules.engine import attach_consequences, collect_findings, merge_duplicates
 from rules.finding import Evidence, Finding, Subject
-from rules.registry import RULES, THRESHOLDS, sorted_rules
+from rules.catalog import sorted_rules
+from rules.registry import RULES, THRESHOLDS
 
 
 def test_every_rule_is_documented_and_explainable():
