@@ -162,11 +162,8 @@ def straggler_info(ctx: Context) -> Optional[dict]:
     conf = num(s.get("confidence")) if named else None
     if conf is None:
         conf = _straggler_confidence(delay, share, int(row.get("steps_held") or 0) / n_held, dmin, smin)
-        if row.get("consistent_excess") and num(row.get("excess_share")) is not None:
-            from analyzer.cross_rank.stragglers import excess_confidence  # the trace path's: imported when used
-            conf = max(conf, excess_confidence(delay, num(row.get("excess_z")) or 0.0,
-                                               int(row.get("excess_steps_above") or 0),
-                                               int(row.get("excess_steps") or 0)))
+        if row.get("consistent_excess") and num(row.get("excess_confidence")) is not None:
+            conf = max(conf, num(row.get("excess_confidence")))  # the analyzer's (cross_rank/stragglers.py)
     return {"rank": rank, "cost": min(1.0, delay), "attribution": attribution, "confidence": conf, "evidence": ev}
 
 

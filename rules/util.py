@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Optional
 
-from analyzer.phrases import ranks_text  # noqa: F401  (re-exported: rules write rank lists the same way)
+from rules.phrases import ranks_text  # noqa: F401  (re-exported: rules write rank lists the same way)
 
 ROLE_PREFERENCE = ("dp", "fsdp", "ep", "tp", "pp", "world", "unknown")
 

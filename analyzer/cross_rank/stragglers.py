@@ -25,7 +25,7 @@ import pandas as pd
 
 from analyzer.cross_rank.member_parts import as_parts
 from analyzer.load.job import ask_ranks
-from analyzer.phrases import ranks_text
+from rules.phrases import ranks_text
 from analyzer.rank import intervals as iv
 # the consistent-excess machinery lives in excess.py; its names stay importable from here
 from analyzer.cross_rank.excess import (CONSISTENCY_COLUMNS, EXCESS_MIN, MIN_STEPS, MORE_OPS_MIN,  # noqa: F401
@@ -556,8 +556,12 @@ def _excess_fields(r: Any) -> dict:
     if pd.isna(getattr(r, "excess_kind", None)):
         return {"excess_kind": None, "excess_steps": None, "excess_steps_above": None, "excess_share": None,
                 "excess_spread": None, "excess_noise": None, "excess_z": None, "consistent_excess": False,
-                "more_compute_ops": more}
+                "excess_confidence": None, "more_compute_ops": more}
     return {"excess_kind": str(r.excess_kind), "excess_steps": int(r.excess_steps),
             "excess_steps_above": int(r.excess_steps_above), "excess_share": float(r.excess_share),
             "excess_spread": float(r.excess_spread), "excess_noise": float(r.excess_noise),
-            "excess_z": float(r.excess_z), "consistent_excess": bool(r.consistent), "more_compute_ops": more}
+            "excess_z": float(r.excess_z), "consistent_excess": bool(r.consistent),
+            # what LOAD001 is sure of when this excess names the rank (the rules read it, never the formula)
+            "excess_confidence": excess_confidence(float(r.delay_share), float(r.excess_z),
+                                                   int(r.excess_steps_above), int(r.excess_steps)),
+            "more_compute_ops": more}

@@ -13,7 +13,7 @@ from analyzer.hang.evidence import group_desc
 from analyzer.hang.inputs import HangInputs
 from analyzer.hang.waits import RankStates
 from parsers.table import Table, isin
-from analyzer.phrases import ranks_text
+from rules.phrases import ranks_text
 
 
 def cycle_diag(inp: HangInputs, st: RankStates, edges: Table, comp: list[int]) -> HangDiagnosis:

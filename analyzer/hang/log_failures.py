@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from analyzer.hang.diagnosis import FIX, HangDiagnosis
 from analyzer.hang.stderr_facts import _is_origin
-from analyzer.phrases import ranks_text
+from rules.phrases import ranks_text
 from parsers.table import isin
 
 #: event kinds that show something went wrong (parsers/stderr_events.py); informational kinds are left out

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from analyzer.hang.inputs import HangInputs
-from analyzer.phrases import per_rank_text, ranks_text, values_text
+from rules.phrases import per_rank_text, ranks_text, values_text
 from analyzer.hang.p2p import period_next
 from parsers.table import Table
 

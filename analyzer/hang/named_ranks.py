@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from parsers.table import Table
 
 from analyzer.hang.diagnosis import FIX, HangDiagnosis
-from analyzer.phrases import ranks_text
+from rules.phrases import ranks_text
 
 #: diagnosis kinds that only infer a culprit from who timed out; PyTorch's named rank replaces them
 _INFERRED = ("lagging_rank", "missing_rank", "crashed_rank", "watchdog_timeout", "p2p_mismatch")

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from parsers.table import Table, isin
 
 from analyzer.hang.diagnosis import HangDiagnosis
-from analyzer.phrases import ranks_text
+from rules.phrases import ranks_text
 
 #: ncclResult_t → (what it means, the fix, whether the printing rank's own failure); texts from NCCL's
 #: ncclGetErrorString (src/init.cc) and PyTorch's getNcclErrorDetailStr (torch/csrc/distributed/c10d/NCCLUtils.cpp)

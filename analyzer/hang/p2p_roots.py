@@ -9,7 +9,7 @@ from analyzer.hang.diagnosis import HangDiagnosis
 from analyzer.hang.evidence import failure_evidence, group_desc
 from analyzer.hang.inputs import HangInputs
 from analyzer.hang.stderr_facts import StderrFacts
-from analyzer.phrases import ranks_text
+from rules.phrases import ranks_text
 from parsers.table import isin
 
 

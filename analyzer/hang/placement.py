@@ -14,7 +14,7 @@ from analyzer.hang.matching import Divergence
 from analyzer.hang.size_abort import abort_side
 from analyzer.hang.stderr_facts import StderrFacts
 from analyzer.hang.waits import RankStates
-from analyzer.phrases import ranks_text
+from rules.phrases import ranks_text
 
 
 def from_divergence(inp: HangInputs, d: Divergence, facts: StderrFacts) -> HangDiagnosis:

@@ -10,7 +10,7 @@ from analyzer.hang.evidence import calls_at, failure_evidence, op_at
 from analyzer.hang.inputs import HangInputs
 from analyzer.hang.matching import Divergence
 from analyzer.hang.stderr_facts import StderrFacts
-from analyzer.phrases import ranks_text
+from rules.phrases import ranks_text
 from parsers.dtype_sizes import DTYPE_BYTES
 from parsers.table import isin
 

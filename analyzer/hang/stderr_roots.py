@@ -10,7 +10,7 @@ from analyzer.hang.diagnosis import HangDiagnosis
 from analyzer.hang.evidence import failed_itself, failure_evidence, group_desc
 from analyzer.hang.inputs import HangInputs
 from analyzer.hang.stderr_facts import StderrFacts
-from analyzer.phrases import ranks_text
+from rules.phrases import ranks_text
 
 
 def rendezvous_root(facts: StderrFacts) -> HangDiagnosis:

@@ -32,7 +32,7 @@ from analyzer.hang.stderr_facts import StderrFacts, origin_sentence
 from analyzer.hang.stderr_roots import (call_site_outliers, detail_mismatch, rendezvous_root, silent_members,
                                         timeouts_only)
 from analyzer.hang.waits import RankStates, cycles
-from analyzer.phrases import per_rank_text, ranks_text
+from rules.phrases import per_rank_text, ranks_text
 
 
 KIND_ORDER = {"mismatched_op": 0, "order_mismatch": 0, "extra_collective": 0, "skipped_collective": 0,

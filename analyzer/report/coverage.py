@@ -60,7 +60,7 @@ def note(coverage: dict) -> str:
     more = f" (and {len(coverage['missing']) - 6} more rank(s))" if len(coverage["missing"]) > 6 else ""
     left = coverage.get("left_out") or []
     if left:  # a rank with no step left (a cut lost them all) is not part of "every rank"
-        from analyzer.phrases import ranks_text
+        from rules.phrases import ranks_text
         parts = [f"{ranks_text(left)} {'has' if len(left) == 1 else 'have'} no step left to compare and "
                  f"{'is' if len(left) == 1 else 'are'} left out"] + \
             [p for m, p in zip(coverage["missing"][:6], parts) if m["rank"] not in left]
@@ -73,5 +73,5 @@ def note(coverage: dict) -> str:
 
 
 def _steps_text(steps: list[int]) -> str:
-    from analyzer.phrases import ranks_text
+    from rules.phrases import ranks_text
     return ranks_text(steps).replace("ranks ", "").replace("rank ", "")
