@@ -252,6 +252,10 @@ def _per_role(ctx: Context, roles: list[dict]) -> Iterator[Finding]:
         if role == "pp":
             continue
         cov, exposed, share = num(r.get("overlap_coverage")), num(r.get("exposed_comm_share")), num(r.get("comm_share"))
+        bound = _unsplit_bound(ctx, r, exposed)
+        if bound is not None:
+            yield bound
+            continue
         if cov is None or exposed is None or exposed < ctx.t("exposed_comm_min"):
             continue
         target = ctx.t(OVERLAP_TARGET[role]) if role in OVERLAP_TARGET else None
@@ -273,7 +277,7 @@ def _per_role(ctx: Context, roles: list[dict]) -> Iterator[Finding]:
         if wait:
             ev.append(Evidence(f"not counted: {wait / 1e3:.1f} ms per rank of waiting inside these collectives for "
                                "the last member to arrive (a wait is the late rank's cost, not the network's)"))
-        line = unsplit_text(ctx.cross, num(r.get("unsplit_share")), "these ranks")
+        line = unsplit_text(ctx.cross, num(r.get("unsplit_share")), "these ranks", groups)
         if line:
             ev.append(Evidence(line))
         fix = ""
@@ -303,6 +307,40 @@ def _per_role(ctx: Context, roles: list[dict]) -> Iterator[Finding]:
                       subject=Subject(ranks=ranks, process_group=groups[0] if len(groups) == 1 else None),
                       involved=set(ranks) | set(ctx.report.get("job", {}).get("ranks") or []),
                       extra={"role": role})
+
+
+def _unsplit_bound(ctx: Context, r: dict, exposed: Optional[float]) -> Optional[Finding]:
+    """An info for a role whose known exposed share is under exposed_comm_min but that could reach
+    role_exposed_warn if its unsplit time (collectives lacking a traced rank: docs/metrics.md, "Wait and
+    transfer") were transfer: the exposure is then a range, and which end holds is a question the folder cannot
+    answer (a comm-bound job with a healthy rank's trace cut, or a cut straggler's victims waiting). None when
+    the role has no such range."""
+    eu = num(r.get("exposed_unsplit_share")) or 0.0
+    low = exposed or 0.0
+    if low >= ctx.t("exposed_comm_min") or low + eu < ctx.t("role_exposed_warn"):
+        return None
+    role = str(r.get("role"))
+    name = role_label(role)
+    groups = [str(x) for x in r.get("groups") or []]
+    ranks = sorted(int(x) for x in r.get("ranks") or [])
+    wu = (ctx.cross.get("collectives") or {}).get("wait_unknown") or {}
+    missing = [int(x) for x in wu.get("ranks_missing") or []]
+    who = ranks_text(missing) if missing else "a traced rank"
+    ev = [Evidence(f"exposed {name} communication: {pct(low)} of step time known as transfer, up to {pct(low + eu)} "
+                   f"if the unsplit time no compute hides ({pct(eu)}) is transfer rather than waiting for {who}")]
+    line = unsplit_text(ctx.cross, num(r.get("unsplit_share")), "these ranks", groups)
+    if line:
+        ev.append(Evidence(line))
+    return Finding(title=f"Exposed {name} communication is {pct(low)} to {pct(low + eu)} of step time: {who} "
+                         f"{'are' if len(missing) > 1 else 'is'} missing from its "
+                         "collectives, so its wait and the transfer cannot be told apart",
+                   fix="Nothing to decide from this folder: re-collect the traces with every rank's file whole (let "
+                       "the profiler finish writing on every rank), then this rule judges the overlap. If the cut rank "
+                       "was late, the time is its straggling (LOAD001 on a whole set); if not, it is exposed "
+                       "communication.",
+                   severity="info", confidence=0.5, evidence=ev, cost=low,
+                   subject=Subject(ranks=ranks, process_group=groups[0] if len(groups) == 1 else None),
+                   involved=set(ranks), extra={"role": role})
 
 
 _PIPELINE_OVERLAP = ("Part of the exposed communication is the pipeline's send/recv, which the PIPE findings judge; for "
@@ -386,9 +424,13 @@ def high_comm_share(ctx: Context) -> Iterator[Finding]:
             yield Finding(title=f"{role_label(role)[:1].upper() + role_label(role)[1:]} communication takes {pct(share)} of step "
                                 f"time (limit {pct(limit)})", confidence=0.6,
                           evidence=[Evidence(f"{role} transfer {pct(share)} of step time (whole spans "
-                                             f"{pct(num(r.get('comm_share')))}, the rest waiting for late members), "
-                                             f"exposed {pct(num(r.get('exposed_comm_share')))}, overlap "
-                                             f"{pct(num(r.get('overlap_coverage')))}; groups {', '.join(groups[:6])}")],
+                                             f"{pct(num(r.get('comm_share')))}, the rest waiting for late members"
+                                             + (f" or unsplit ({pct(num(r.get('unsplit_share')))})"
+                                                if (num(r.get("unsplit_share")) or 0) >= 0.0005 else "")
+                                             + f"), exposed {pct(num(r.get('exposed_comm_share')))}, overlap "
+                                             f"{pct(num(r.get('overlap_coverage')))}; groups {', '.join(groups[:6])}")]
+                          + [Evidence(t) for t in [unsplit_text(ctx.cross, num(r.get("unsplit_share")), "these ranks",
+                                                                groups)] if t],
                           cost=num(r.get("exposed_comm_share")),
                           subject=Subject(ranks=ranks, process_group=groups[0] if len(groups) == 1 else None),
                           involved=set(ranks), extra={"role": role})

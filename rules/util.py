@@ -59,17 +59,23 @@ _WHY_ABSENT = {"collectives_lost": "its collectives were lost in the cut of its 
                "not_recorded": "its trace does not record them"}
 
 
-def unsplit_text(cross: dict, share: Optional[float], whose: str = "the other ranks") -> Optional[str]:
+def unsplit_text(cross: dict, share: Optional[float], whose: str = "the other ranks",
+                 groups: Optional[Iterable[str]] = None) -> Optional[str]:
     """One line on the collective time that has no known wait/transfer split (cross_rank.collectives
-    .wait_unknown: instances lacking a traced rank), or None when there is none worth saying (under 0.05 %)."""
+    .wait_unknown: instances lacking a traced rank; ``groups``: count those of these groups only), or None when
+    there is none worth saying (under 0.05 %)."""
     wu = (cross.get("collectives") or {}).get("wait_unknown") or {}
     if not wu or share is None or share < 0.0005:
         return None
+    by_group = wu.get("instances_by_group") or {}
+    n = sum(int(by_group.get(str(g), 0)) for g in groups) if groups is not None and by_group else wu.get("instances")
     ranks = [int(r) for r in wu.get("ranks_missing") or []]
     why = wu.get("why") or {}
     reasons = sorted({_WHY_ABSENT.get(str(why.get(str(r))), "") for r in ranks} - {""})
     who = ranks_text(ranks) if ranks else "a traced rank"
-    return (f"unsplit: {whose} spend {pct(share)} of their step time in {wu.get('instances')} collective(s) "
-            f"{who} is missing from ({'; '.join(reasons) or 'absent'}): that time is the wait for {who} and the "
-            "transfer together, which no timing here tells apart, so it is counted neither as waiting nor as "
-            "exposed communication")
+    verb = "are" if len(ranks) > 1 else "is"
+    if len(ranks) > 1:
+        reasons = [x.replace("its ", "their ") for x in reasons]
+    return (f"unsplit: {whose} spend {pct(share)} of their step time in {n} collective(s) {who} {verb} missing from "
+            f"({'; '.join(reasons) or 'absent'}): that time is the wait for {who} and the transfer together, which no "
+            "timing here tells apart, so it is counted neither as waiting nor as exposed communication")

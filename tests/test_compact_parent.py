@@ -34,8 +34,8 @@ def test_on_ranks_answers_where_the_ranks_were_parsed_as_the_full_trace_would():
     r = job.ranks[0]
     s, e = windows[r][0][:4] + 1000, windows[r][0][:4] + 5_000_000
     lo, hi = windows[r][0], windows[r][1]
-    (role, c, o, w, u), = job.on_ranks(role_times, {r: (lo, hi, [("dp", s, e)])})[r]
-    assert w == 0.0 and u == 0.0  # no wait or unsplit intervals given: the whole span is transfer
+    (role, c, o, w, u, eu), = job.on_ranks(role_times, {r: (lo, hi, [("dp", s, e)])})[r]
+    assert w == 0.0 and u == 0.0 and eu == 0.0  # no wait or unsplit intervals given: the whole span is transfer
     comm = iv.union(s, e)
     full = kind_sets(job.full_trace(r))["compute"]
     assert role == "dp" and c == float(iv.clipped_lengths(comm, lo, hi).sum())

@@ -163,8 +163,13 @@ def test_a_rank_whose_collectives_a_cut_lost_may_belong_to_a_group_known_only_fr
     assert keys.members == {"order": [0, 2, 3]} and keys.inferred == frozenset({"order"})
     lost = CutDamage(rank=1, path="rank1.json", cut_at_ns=0, cut_thread=7, lost_threads=[9])
     kept = CutDamage(rank=1, path="rank1.json", cut_at_ns=0, cut_thread=7, lost_threads=[])
-    assert maybe_members(keys, SimpleNamespace(damage={1: lost})) == {"order": [1]}
-    assert maybe_members(keys, SimpleNamespace(damage={1: kept})) == {}  # its rows up to the cut say where it is
+    traces = {r: None for r in range(4)}
+    assert maybe_members(keys, SimpleNamespace(damage={1: lost}, traces=traces)) == {"order": [1]}
+    # its rows up to the cut say where it is
+    assert maybe_members(keys, SimpleNamespace(damage={1: kept}, traces=traces)) == {}
+    # a group of only some of the other ranks (a pair) is not given the lost rank: which pair it was in is unknown
+    pair = type(keys)({"order": [0, 2, 3], "pair": [0, 2]}, keys.method, frozenset({"order", "pair"}))
+    assert maybe_members(pair, SimpleNamespace(damage={1: lost}, traces=traces)) == {"order": [1]}
     m = _members(0, [0, 2, 3], [0, 10, 20], [100, 100, 100]).assign(process_group="order")
     expected = {("collective", "order"): [0, 2, 3]}
     inst, _ = instance_frame(m, {}, expected)
@@ -172,3 +177,60 @@ def test_a_rank_whose_collectives_a_cut_lost_may_belong_to_a_group_known_only_fr
     assert inst["wait_known"].tolist() == [False]
     mark_wait_known(inst, expected, [0, 1, 2, 3])
     assert inst["wait_known"].tolist() == [True]
+
+
+def test_role_times_books_a_flagged_member_s_rest_as_unsplit():
+    """role_times (run where a rank's interval sets are kept): two members of one role, [0, 100) with its wait
+    ending at 20 and flagged unsplit, and [200, 300) with no wait, not flagged; compute [50, 80) and [250, 260)."""
+    from analyzer.cross_rank.roles import role_times
+
+    class Lanes:
+        compute = iv.as_intervals(np.array([50, 250]), np.array([80, 260]))
+    s, e, w = np.array([0, 200]), np.array([100, 300]), np.array([20, 200])
+    (role, comm, ov, wait, uns, exp_uns), = role_times(Lanes(), (np.array([0]), np.array([400]),
+                                                                 [("dp", s, e, w, np.array([True, False]))]))
+    assert (role, comm, wait, uns, exp_uns, ov) == ("dp", 200.0, 20.0, 80.0, 50.0, 10.0)
+    (_, comm, ov, wait, uns, exp_uns), = role_times(Lanes(), (np.array([0]), np.array([400]), [("dp", s, e, w)]))
+    assert (wait, uns, exp_uns, ov) == (20.0, 0.0, 0.0, 40.0)  # no flags: the rest is transfer, as before
+
+
+@pytest.mark.slow
+def test_partitions_kept_by_the_engine_give_the_same_unsplit_report(tmp_path: Path, monkeypatch) -> None:
+    """The member partitions answer each question where they are kept (a pool's workers here, partitions of a
+    few instances each), with the slice of the unknown instances in each one's range: the report is the one the
+    whole member table gives."""
+    from analyzer.cross_rank import collectives as co
+    folder = _cut(BED / "ddp4-compute-40", 2, 0.5, tmp_path)
+    whole = analyzer.load(folder)
+    want = whole.report
+    whole.close()
+    monkeypatch.setattr(co, "PARTITION_ROWS", 20)
+    parted = analyzer.load(folder, jobs=2)
+    got = parted.report
+    assert parted.job.cache[("cross_rank", None)].parts.remote
+    parted.close()
+    for key in ("wait_unknown", "per_rank_wait"):
+        assert got["cross_rank"]["collectives"][key] == want["cross_rank"]["collectives"][key]
+    assert got["cross_rank"]["roles"] == want["cross_rank"]["roles"]
+    assert got["metrics"]["per_rank"] == want["metrics"]["per_rank"]
+
+
+@pytest.mark.slow
+def test_a_healthy_rank_cut_out_of_exposed_fsdp_communication_gives_a_range_not_silence(tmp_path: Path) -> None:
+    """fsdp4-clean-medium (the first real bed) warns COMM001 at 13.1 % exposed FSDP communication. With rank 1's
+    trace cut its collectives are lost, so none of that time can be told from waiting for rank 1: COMM001 is an
+    info with the range (0 % known, up to the exposed unsplit share), not silence and not a warning; and the text,
+    Markdown and HTML reports show the unsplit column."""
+    src = Path(__file__).resolve().parent.parent / "fixtures" / "real-cpu-perf" / "fsdp4-clean-medium"
+    a = analyzer.load(_cut(src, 1, 0.8, tmp_path))
+    assert judge.first_warning(a.findings) is None
+    comm = next(f for f in a.findings if f["id"] == "COMM001")
+    fsdp = next(r for r in a.report["cross_rank"]["roles"] if r["role"] == "fsdp")
+    top = fsdp["exposed_comm_share"] + fsdp["exposed_unsplit_share"]
+    assert comm["severity"] == "info" and 0.10 <= top <= 0.20
+    assert comm["title"] == (f"Exposed FSDP (fsdp) communication is {100 * fsdp['exposed_comm_share']:.1f}% to "
+                             f"{100 * top:.1f}% of step time: rank 1 is missing from its collectives, so its wait "
+                             "and the transfer cannot be told apart")
+    assert "unsplit ms" in a.render("text")
+    assert "unsplit ms/step" in a.render("markdown") and "unsplit ms/step" in a.render("html")
+    a.close()

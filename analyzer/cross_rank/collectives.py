@@ -370,16 +370,20 @@ def mark_wait_known(inst: pd.DataFrame, expected: dict, present: Any, maybe: Opt
 
 
 def maybe_members(keys: Keys, job: Any) -> dict[str, list[int]]:
-    """Per group whose members are known only from its rows (Keys.inferred): the ranks whose collectives a cut
-    lost entirely (analyzer/load/damage.py) and that no row places in it, which may have been members."""
-    lost = sorted(int(r) for r, d in (getattr(job, "damage", None) or {}).items()
-                  if d is not None and not d.collectives_trusted())
+    """Per group whose members are known only from its rows (Keys.inferred) and that spans every other traced
+    rank: the ranks whose collectives a cut lost entirely (analyzer/load/damage.py), which may have been members.
+    A group of only some of the other ranks (a TP or pipeline pair) is left as its rows say: nothing tells
+    which of such groups a lost rank was in, and adding it to all would unsettle every one of them."""
+    lost = {int(r) for r, d in (getattr(job, "damage", None) or {}).items()
+            if d is not None and not d.collectives_trusted()}
     if not lost:
         return {}
+    others = {int(r) for r in getattr(job, "traces", None) or {}} - lost
     out = {}
     for k in keys.inferred:
-        extra = [r for r in lost if r not in set(keys.members.get(k, []))]
-        if extra:
+        seen = set(int(r) for r in keys.members.get(k, []))
+        extra = sorted(lost - seen)
+        if extra and others <= seen:
             out[k] = extra
     return out
 

@@ -22,12 +22,12 @@ from analyzer.rank.metrics import step_windows
 ROLE_ORDER = ("dp", "fsdp", "tp", "ep", "pp", "unknown")
 
 
-def role_times(lanes: Any, arg: tuple) -> list[tuple[str, float, float, float, float]]:
+def role_times(lanes: Any, arg: tuple) -> list[tuple[str, float, float, float, float, float]]:
     """Run where a rank's interval sets are kept: per role, the rank's communication time (the union of the
     role's intervals ``(role, start, end[, wait_end, unsplit])`` on the rank's own clock) inside its step windows
     ``lo``/``hi``, the part of its transfer (the time outside the waits [start, wait_end) and outside the unsplit
-    rest [wait_end, end) of the members flagged ``unsplit``) overlapped by the rank's compute, the wait and the
-    unsplit time."""
+    rest [wait_end, end) of the members flagged ``unsplit``) overlapped by the rank's compute, the wait, the
+    unsplit time and the part of it no compute overlaps."""
     lo, hi, roles = arg
     compute = lanes.compute if lanes is not None else iv.empty()
     out = []
@@ -40,7 +40,8 @@ def role_times(lanes: Any, arg: tuple) -> list[tuple[str, float, float, float, f
         transfer = iv.difference(iv.difference(comm, wait), unsplit)
         ov = iv.intersect(transfer, compute)
         out.append((role, float(iv.clipped_lengths(comm, lo, hi).sum()), float(iv.clipped_lengths(ov, lo, hi).sum()),
-                    float(iv.clipped_lengths(wait, lo, hi).sum()), float(iv.clipped_lengths(unsplit, lo, hi).sum())))
+                    float(iv.clipped_lengths(wait, lo, hi).sum()), float(iv.clipped_lengths(unsplit, lo, hi).sum()),
+                    float(iv.clipped_lengths(iv.difference(unsplit, compute), lo, hi).sum())))
     return out
 
 
@@ -113,9 +114,10 @@ def role_metrics(job: Any, members: Any, offset_of: dict, role_of: dict[str, str
     times = ask_ranks(job, role_times, args)
     for rank in args:  # in rank order, as the sums were always taken
         step_total, calls = facts[rank]
-        for role, c, o, w, u in times.get(rank) or role_times(None, args[rank]):
-            a = acc.setdefault(role, {"comm": 0.0, "overlap": 0.0, "wait": 0.0, "unsplit": 0.0, "step": 0.0,
-                                      "ranks": set(), "calls": 0})
+        for role, c, o, w, u, eu in times.get(rank) or role_times(None, args[rank]):
+            a = acc.setdefault(role, {"comm": 0.0, "overlap": 0.0, "wait": 0.0, "unsplit": 0.0, "exposed_unsplit": 0.0,
+                                      "step": 0.0, "ranks": set(), "calls": 0})
+            a["exposed_unsplit"] += eu
             a["comm"] += c
             a["overlap"] += o
             a["wait"] += w
@@ -140,6 +142,8 @@ def role_metrics(job: Any, members: Any, offset_of: dict, role_of: dict[str, str
             "wait_us": a["wait"] / n_ranks / 1e3, "transfer_us": transfer / n_ranks / 1e3,
             "unsplit_us": a["unsplit"] / n_ranks / 1e3,
             "unsplit_share": a["unsplit"] / a["step"] if a["step"] else None,
+            # the most the exposed share could be above exposed_comm_share if all the unsplit time were transfer
+            "exposed_unsplit_share": a["exposed_unsplit"] / a["step"] if a["step"] else None,
             "comm_share": a["comm"] / a["step"] if a["step"] else None,
             "transfer_share": transfer / a["step"] if a["step"] else None,
             "overlap_coverage": a["overlap"] / transfer if transfer > 0 else None,

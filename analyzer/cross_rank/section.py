@@ -343,17 +343,16 @@ def _facts_of_part(part: pd.DataFrame, unknown: Any) -> tuple:
     ranks, inv = np.unique(rank, return_inverse=True)
     total, transfer, unsplit = (np.zeros(len(ranks), np.int64) for _ in range(3))
     np.add.at(total, inv, wait)
-    held: dict = {}
+    held = (np.empty(0, object), np.empty(0, np.int64), np.empty(0, np.int64))
     if "member_transfer_ns" in part:
         rest = part["member_transfer_ns"].to_numpy()
         out = np.isin(part["iid"].to_numpy(), unknown) if unknown is not None and len(unknown) \
             else np.zeros(len(part), bool)
         np.add.at(transfer, inv[~out], rest[~out])
         np.add.at(unsplit, inv[out], rest[out])
-        if out.any():
+        if out.any():  # (group, rank, rows) in those instances, as arrays
             key, count = np.unique(code[out].astype(np.int64) * span + rank[out], return_counts=True)
-            for c, r, n in zip((key // span).tolist(), (key % span).tolist(), count.tolist()):
-                held.setdefault(names[c], {})[r] = n
+            held = (np.asarray(names, dtype=object)[key // span], key % span, count)
     return (groups, ranks, total, np.bincount(inv, minlength=len(ranks)), int(wait[part["step"].to_numpy() >= 0].sum()),
             transfer, unsplit, held)
 
@@ -365,7 +364,7 @@ def member_facts(cr: CrossRank) -> dict:
     the group's instances whose waits are known only in part)."""
     if not hasattr(cr, "_facts"):
         groups: dict = {}
-        held: dict = {}
+        held = []
         per = []
         in_steps = 0
         unknown = co.unknown_iids(getattr(cr, "instances", None))
@@ -373,10 +372,8 @@ def member_facts(cr: CrossRank) -> dict:
         for g, ranks, total, count, inside, transfer, unsplit, h in cr.parts.map(_facts_of_part, args):
             for name, rs in g.items():
                 groups.setdefault(name, set()).update(rs)
-            for name, rows in h.items():
-                into = held.setdefault(name, {})
-                for r, n in rows.items():
-                    into[r] = into.get(r, 0) + n
+            if len(h[0]):
+                held.append(h)
             per.append((ranks, total, count, transfer, unsplit))
             in_steps += inside
         if per:
@@ -389,8 +386,17 @@ def member_facts(cr: CrossRank) -> dict:
         else:
             u = total = count = transfer = unsplit = np.empty(0, np.int64)
         cr._facts = {"ranks": {k: sorted(v) for k, v in groups.items()}, "wait": (u, total, count),
-                     "transfer": transfer, "unsplit": unsplit, "wait_in_steps": in_steps, "unsplit_held": held}
+                     "transfer": transfer, "unsplit": unsplit, "wait_in_steps": in_steps,
+                     "unsplit_held": _summed_rows(held)}
     return cr._facts
+
+
+def _summed_rows(held: list) -> pd.Series:
+    """(group, rank) → rows, summed over the partitions' arrays (empty when no instance lacks a traced rank)."""
+    if not held:
+        return pd.Series(dtype=np.int64)
+    g, r, n = (np.concatenate([h[k] for h in held]) for k in range(3))
+    return pd.Series(n, index=pd.MultiIndex.from_arrays([g.astype(str), r.astype(np.int64)])).groupby(level=[0, 1]).sum()
 
 
 def unsplit_section(job: Job, cr: CrossRank) -> Optional[dict]:
@@ -405,10 +411,11 @@ def unsplit_section(job: Job, cr: CrossRank) -> Optional[dict]:
     held = member_facts(cr)["unsplit_held"]
     present = set(job.traces)
     missing: set = set()
-    for g, n in sel.groupby("process_group").size().items():
+    by_group = sel.groupby("process_group").size()
+    for g, n in by_group.items():
         expected = list(cr.expected.get(("collective", g)) or []) + list(cr.maybe_members.get(g, []))
-        rows = held.get(g, {})
-        missing |= {int(r) for r in expected if int(r) in present and rows.get(int(r), 0) < n}
+        rows = held.loc[str(g)] if len(held) and str(g) in held.index.get_level_values(0) else pd.Series(dtype=np.int64)
+        missing |= {int(r) for r in expected if int(r) in present and int(rows.get(int(r), 0)) < n}
     damage = getattr(job, "damage", None) or {}
     why = {}
     for r in sorted(missing):
@@ -416,6 +423,7 @@ def unsplit_section(job: Job, cr: CrossRank) -> Optional[dict]:
         why[str(r)] = ("collectives_lost" if d is not None and not d.collectives_trusted() else
                        "cut" if d is not None else "not_recorded")
     return {"instances": int(len(sel)), "groups": sorted(str(g) for g in sel["process_group"].unique()),
+            "instances_by_group": {str(g): int(n) for g, n in by_group.items()},
             "ranks_missing": sorted(missing), "why": why}
 
 

@@ -296,16 +296,17 @@ def _table_section_pieces(report: dict) -> Iterator[str]:
     per = {r["rank"]: r for r in strag.get("per_rank") or []}
     if rows:  # a row per rank, each made as it is written
         from analyzer.render.text import per_step_mean
+        unsplit = has_unsplit(rows)  # once: the column is the table's, not each row's
         body = ([str(r["rank"]), ms(r.get("mean_step_time_us")), pct(r.get("comm_share")),
                  ms(per_step_mean(r, "wait_us")), ms(per_step_mean(r, "transfer_us")),
                  pct(r.get("exposed_comm_share")), pct(r.get("overlap_coverage")), pct(r.get("idle_share")),
                  pct(per.get(r["rank"], {}).get("pct_last"))]
-                + ([ms(per_step_mean(r, "unsplit_us"))] if has_unsplit(rows) else []) for r in rows)
+                + ([ms(per_step_mean(r, "unsplit_us"))] if unsplit else []) for r in rows)
         hl = {i for i, r in enumerate(rows) if r["rank"] == strag.get("straggler")}
         yield "<h2>Per rank</h2>"
         yield from _fold_pieces("per-rank table", _table_pieces(
             ["rank", "mean step ms", "comm share %", "wait ms/step", "transfer ms/step", "exposed comm %",
-             "overlap %", "idle %", "last to arrive %"] + (["unsplit ms/step"] if has_unsplit(rows) else []),
+             "overlap %", "idle %", "last to arrive %"] + (["unsplit ms/step"] if unsplit else []),
             body, hl),
             len(rows))
     out = []

@@ -155,14 +155,15 @@ def _ranks(report: dict) -> list[str]:
     if not rows:
         return []
     from analyzer.render.text import per_step_mean
+    unsplit = has_unsplit(rows)  # once: the column is the table's, not each row's
     body = [[str(r["rank"]) + (" ⚠ straggler" if r["rank"] == strag.get("straggler") else ""),
              ms(r.get("mean_step_time_us")), pct(r.get("comm_share")), ms(per_step_mean(r, "wait_us")),
              ms(per_step_mean(r, "transfer_us")), pct(r.get("exposed_comm_share")),
              pct(r.get("overlap_coverage")), pct(r.get("idle_share")), pct(per.get(r["rank"], {}).get("pct_last"))]
-            + ([ms(per_step_mean(r, "unsplit_us"))] if has_unsplit(rows) else []) for r in rows]
+            + ([ms(per_step_mean(r, "unsplit_us"))] if unsplit else []) for r in rows]
     return ["", "### Per-rank summary", ""] + md_table(
         ["rank", "mean step ms", "comm share %", "wait ms/step", "transfer ms/step", "exposed comm %", "overlap %",
-         "idle %", "last to arrive %"] + (["unsplit ms/step"] if has_unsplit(rows) else []), body, "per rank")
+         "idle %", "last to arrive %"] + (["unsplit ms/step"] if unsplit else []), body, "per rank")
 
 
 def _groups(report: dict) -> list[str]:

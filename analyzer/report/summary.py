@@ -36,6 +36,7 @@ def _ratios(t: pd.DataFrame | pd.Series) -> dict:
         out["transfer_share"] = div(transfer, t["step_time_ns"])
     if "unsplit_ns" in t:
         out["unsplit_share"] = div(t["unsplit_ns"], t["step_time_ns"])
+        out["exposed_unsplit_share"] = div(t["exposed_unsplit_ns"], t["step_time_ns"])
     return out
 
 
