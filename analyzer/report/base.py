@@ -106,6 +106,9 @@ def _n_collectives(trace: Any) -> int:
 def metrics_section(sm: pd.DataFrame) -> dict:
     """report.metrics: the per-step rows (one per rank and step) and the per-rank sums, from the step metrics."""
     per_step = sm.drop(columns=["start", "end"]) if not sm.empty else sm
+    unsplit = [c for c in ("unsplit_ns", "exposed_unsplit_ns") if c in per_step]
+    if unsplit and not per_step[unsplit].to_numpy().any():  # no instance lacked a traced rank: two keys fewer in
+        per_step = per_step.drop(columns=unsplit)          # each of the rank × step rows (docs/json-schema.md)
     return {"per_step": frame_records(per_step), "per_rank": frame_records(rank_summary(sm))}
 
 
