@@ -74,6 +74,12 @@ class MemberParts:
         return [(int(a), int(b)) for a, b in zip(lo, hi)]
 
 
+    def slices(self, iids: np.ndarray) -> Optional[list[np.ndarray]]:
+        """Per partition: the part of the sorted ``iids`` in its iid range (a map's ``args``); None when
+        ``iids`` is empty, so that each partition gets None and skips the question."""
+        return [iids[a:b] for a, b in self.in_range(iids)] if len(iids) else None
+
+
 def as_parts(members: Any) -> MemberParts:
     """``members`` as MemberParts (a DataFrame is one partition held here)."""
     return members if isinstance(members, MemberParts) else MemberParts.of(members)

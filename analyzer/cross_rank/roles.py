@@ -80,8 +80,7 @@ def role_metrics(job: Any, members: Any, offset_of: dict, role_of: dict[str, str
     # the five columns this needs, fetched from the member partitions (not the member table)
     parts = as_parts(members)
     unknown = np.sort(np.asarray(unknown_iids, np.int64)) if unknown_iids is not None else np.empty(0, np.int64)
-    members = parts.frame(_role_columns, [unknown[a:b] for a, b in parts.in_range(unknown)] if len(unknown)
-                          else None)
+    members = parts.frame(_role_columns, parts.slices(unknown))
     unsplit = members["unsplit"].to_numpy(bool) if waits and "unsplit" in members else None
     role = members["process_group"].map(role_of).fillna("unknown").to_numpy(dtype=object)
     rank_of = members["rank"].to_numpy()

@@ -54,6 +54,13 @@ class CrossRank:
     maybe_members: dict = field(default_factory=dict)
 
     @property
+    def unknown_iids(self) -> np.ndarray:
+        """Sorted ids of the instances lacking a traced member (collectives.mark_wait_known), computed once."""
+        if not hasattr(self, "_unknown"):
+            self._unknown = co.unknown_iids(self.instances)
+        return self._unknown
+
+    @property
     def members(self) -> pd.DataFrame:
         """The whole member table, joined from its partitions on first use (the report itself asks the
         partitions instead: a large job's table is never held whole unless this is read)."""
@@ -360,16 +367,16 @@ def _facts_of_part(part: pd.DataFrame, unknown: Any) -> tuple:
 def member_facts(cr: CrossRank) -> dict:
     """What the section needs of every member row, asked of the partitions once: ``ranks`` (group → its
     member ranks, sorted), ``wait`` (ranks, total wait ns, rows; by rank), ``transfer`` and ``unsplit`` (total
-    ns, in the order of ``wait``'s ranks), ``wait_in_steps`` (ns), ``unsplit_held`` (group → rank → its rows in
-    the group's instances whose waits are known only in part)."""
+    ns, in the order of ``wait``'s ranks), ``wait_in_steps`` (ns), ``unsplit_held`` (a Series by (group, rank):
+    the rank's rows in the group's instances whose waits are known only in part)."""
     if not hasattr(cr, "_facts"):
         groups: dict = {}
         held = []
         per = []
         in_steps = 0
         unknown = co.unknown_iids(getattr(cr, "instances", None))
-        args = [unknown[a:b] for a, b in cr.parts.in_range(unknown)] if len(unknown) else None
-        for g, ranks, total, count, inside, transfer, unsplit, h in cr.parts.map(_facts_of_part, args):
+        for g, ranks, total, count, inside, transfer, unsplit, h in cr.parts.map(_facts_of_part,
+                                                                                   cr.parts.slices(unknown)):
             for name, rs in g.items():
                 groups.setdefault(name, set()).update(rs)
             if len(h[0]):
@@ -404,8 +411,7 @@ def unsplit_section(job: Job, cr: CrossRank) -> Optional[dict]:
     lack (per group: those with fewer rows in them than the group has such instances) and why each is absent;
     None when every instance has its traced members (collectives.mark_wait_known)."""
     inst = cr.instances
-    unknown = co.unknown_iids(inst)
-    if not len(unknown):
+    if not len(cr.unknown_iids):
         return None
     sel = inst[~inst["wait_known"].to_numpy(bool)]
     held = member_facts(cr)["unsplit_held"]
@@ -580,7 +586,7 @@ def cross_rank_section(job: Job, gpus_per_node: Optional[int] = None) -> dict:
         section["roles"] = role_metrics(job, mem, cr.alignment.offset_of,
                                         {g["name"]: g["judged_role"] for g in groups}, max(1, nsteps),
                                         waits=cr.alignment.status == "ok",
-                                        unknown_iids=co.unknown_iids(inst))
+                                        unknown_iids=cr.unknown_iids)
         section["stragglers"] = sg.analyse(job, inst, mem, cr.alignment.offset_of)
         section["placement"] = pc.analyse(job, inst, mem, cr.alignment.offset_of)
         section["pipeline"] = pl.analyse(job, inst, mem, cr.alignment.offset_of)

@@ -89,12 +89,9 @@ def _by_rank(rank: np.ndarray, start: np.ndarray, end: np.ndarray) -> dict[int, 
 def wait_intervals(cr: Any) -> tuple[dict[int, iv.Intervals], dict[int, iv.Intervals]]:
     """Per rank: the union of its collective waits on the aligned clock, and of the unsplit rest of its spans in
     the instances that lack a traced member (empty when none does), asked of the member partitions."""
-    from analyzer.cross_rank.collectives import unknown_iids  # (pandas: not on a hang-only path's import)
     if not len(cr.parts):
         return {}, {}
-    unknown = unknown_iids(cr.instances)
-    args = [unknown[a:b] for a, b in cr.parts.in_range(unknown)] if len(unknown) else None
-    got = cr.parts.map(_wait_spans_of_part, args)
+    got = cr.parts.map(_wait_spans_of_part, cr.parts.slices(cr.unknown_iids))
     if not got:
         return {}, {}
     out = []
