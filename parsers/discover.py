@@ -10,11 +10,13 @@ from parsers.errors import InputError
 from parsers.flight_recorder import looks_like_fr_dump
 from parsers.log_shape import LogShape, judge
 from parsers.nccl_log import looks_like_nccl_log
+from parsers.nccl_ras import looks_like_ras
 from parsers.torch_stderr import SNIFF_TAIL, looks_like_stderr
 from parsers.safe_open import not_regular_reason, open_input
 
 #: Kinds a file can be classified as.
 KINETO, NCCL_LOG, FR_DUMP, UNKNOWN = "kineto", "nccl_log", "flight_recorder", "unknown"
+NCCL_RAS = "nccl_ras"  # a saved NCCL RAS report (parsers/nccl_ras.py)
 STDERR = "stderr"  # torchrun / PyTorch / gloo / CUDA stderr (parsers/torch_stderr.py); NCCL debug logs stay nccl_log
 
 _HEAD_BYTES = 256 * 1024
@@ -70,7 +72,7 @@ def read_head(path: Path, n: int = _HEAD_BYTES) -> bytes:
 
 
 def classify(path: Path) -> InputFile:
-    """Classify one file as kineto / nccl_log / flight_recorder / stderr / unknown by sniffing its head."""
+    """Classify one file as kineto / nccl_log / nccl_ras / flight_recorder / stderr / unknown by sniffing its head."""
     special = not_regular_reason(path)
     if special:
         return InputFile(str(path), UNKNOWN, special)
@@ -94,6 +96,8 @@ def classify(path: Path) -> InputFile:
         return InputFile(str(path), FR_DUMP, "Flight Recorder dump (pickle or JSON)")
     stripped = head.lstrip()
     looks_json = stripped[:1] == b"{" or (stripped[:1] == b"[" and stripped[1:].lstrip()[:1] in (b"{", b"]"))
+    if looks_like_ras(head):
+        return InputFile(str(path), NCCL_RAS, "NCCL RAS report (ncclras text, JSON or monitor lines)")
     if looks_json:
         if b'"traceEvents"' in head or b'"schemaVersion"' in head or (
                 stripped[:1] == b"[" and b'"ph"' in head):

@@ -12,7 +12,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from analyzer.hang import log_failures, matching, named_ranks, nccl_errors, verdict, waits
+from analyzer.hang import log_failures, matching, named_ranks, nccl_errors, ras, verdict, waits
 from analyzer.hang.diagnosis import KIND_ALIASES, HangDiagnosis, HangReport  # noqa: F401  (public names)
 from analyzer.hang.inputs import HangInputs, gather
 from analyzer.hang.stderr_facts import add_log_errors, stderr_facts
@@ -73,14 +73,16 @@ def _group_key(k: str) -> tuple:
 
 
 def analyze_hang(dumps: Iterable[Any] = (), logs: Iterable[Any] = (), world_size: int | None = None,
-                 rank_logs: dict[int, str | Path] | None = None, stderr_logs: Iterable[Any] = ()) -> HangReport:
+                 rank_logs: dict[int, str | Path] | None = None, stderr_logs: Iterable[Any] = (),
+                 ras_reports: Iterable[Any] = ()) -> HangReport:
     """Diagnose a hang or crash from FR dumps, NCCL/watchdog logs and stderr; ranked, root cause first.
 
     `rank_logs` optionally maps a rank to a file that holds only that rank's output, so that culprits get their
-    last lines as evidence; `stderr_logs` are parsed stderr files (parsers/torch_stderr.py). Without
+    last lines as evidence; `stderr_logs` are parsed stderr files (parsers/torch_stderr.py); `ras_reports` saved
+    NCCL RAS reports (parsers/nccl_ras.py), joined with the rest by analyzer/hang/ras.py. Without
     `world_size` it is inferred from these inputs (analyzer/load/world.py).
     """
-    dumps, logs, stderr_logs = list(dumps), list(logs), list(stderr_logs)
+    dumps, logs, stderr_logs, ras_reports = list(dumps), list(logs), list(stderr_logs), list(ras_reports)
     if world_size is None:  # what the inputs show: a dump's world entry, the largest rank of any of them
         from analyzer.load.world import infer_world_size
         world_size = infer_world_size(dumps=dumps, stderr_logs=stderr_logs, nccl_logs=logs).size
@@ -100,16 +102,20 @@ def analyze_hang(dumps: Iterable[Any] = (), logs: Iterable[Any] = (), world_size
     for d in diags:
         if d.kind in ("crashed_rank", "lagging_rank", "missing_rank", "nccl_error", "device_stalled"):
             _add_log_tails(inp, d, {int(k): str(v) for k, v in (rank_logs or {}).items()}, quoted)
+    ras_facts = ras.ras_facts(ras_reports, world_size, logs)
+    diags = ras.apply(diags, ras_facts)  # RAS's launch counts, dead processes and errors join the verdict
     groups = Table.from_records([dict(process_group=g.key, pg_desc=g.desc, members=sorted(g.members or []),
                                       member_source=g.member_source, source=g.source) for g in inp.groups.values()],
                                 ["process_group", "pg_desc", "members", "member_source", "source"],
                                 {"members": object})
-    warnings = list(inp.warnings) + [w for d in dumps + logs + stderr_logs for w in getattr(d, "warnings", [])]
+    warnings = list(inp.warnings) + [w for d in dumps + logs + stderr_logs + ras_reports
+                                     for w in getattr(d, "warnings", [])]
     for r, f in sorted(inp.dumps.items()):
         if f.entries == 0:
             warnings.append(f"{f.path}: rank {r}'s dump holds no entries (empty buffer): it recorded no collective")
     return HangReport(diagnoses=diags, tables=_tables(inp), groups=groups, seqs=inp.calls, warnings=warnings,
-                      ranks_without_dump=no_dump, waits=edges)
+                      ranks_without_dump=no_dump, waits=edges,
+                      ras=ras.summary(ras_reports, ras_facts) if ras_reports else {})
 
 
 def load_and_analyze(paths: Iterable[str | Path], world_size: int | None = None) -> HangReport:

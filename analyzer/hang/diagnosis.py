@@ -85,3 +85,5 @@ class HangReport:
     warnings: list[str] = field(default_factory=list)
     ranks_without_dump: dict[int, str] = field(default_factory=dict)
     waits: Table = field(default_factory=Table)
+    #: what saved NCCL RAS reports held and the facts drawn from them (analyzer/hang/ras.py); {} without any
+    ras: dict = field(default_factory=dict)

@@ -34,12 +34,13 @@ def rank_stderr_files(job: Job) -> dict[int, str]:
 def hang_section(job: Job) -> dict[str, Any]:
     """Diagnoses (root cause first), per-group progress and ranks without a dump, from dumps, logs and stderr."""
     stderr_logs = list(getattr(job, "stderr_logs", []) or [])
-    if not job.fr_dumps and not job.nccl_logs and not stderr_logs:
+    ras_reports = list(getattr(job, "ras_reports", []) or [])
+    if not job.fr_dumps and not job.nccl_logs and not stderr_logs and not ras_reports:
         return {"status": "no_hang_evidence", "diagnoses": [], "groups": [], "warnings": [],
                 "ranks_without_dump": {},
-                "message": "no NCCL logs, stderr or Flight Recorder dumps among the inputs"}
+                "message": "no NCCL logs, NCCL RAS reports, stderr or Flight Recorder dumps among the inputs"}
     rep = analyze_hang(job.fr_dumps, job.nccl_logs, world_size=job.world_size, rank_logs=rank_stderr_files(job),
-                       stderr_logs=stderr_logs)
+                       stderr_logs=stderr_logs, ras_reports=ras_reports)
     diagnoses = []
     for d in rep.diagnoses:
         row = asdict(d)
@@ -58,4 +59,4 @@ def hang_section(job: Job) -> dict[str, Any]:
             })
     return {"status": "hang" if diagnoses else "no_hang_evidence", "diagnoses": diagnoses, "groups": groups,
             "ranks_without_dump": {str(k): v for k, v in sorted(rep.ranks_without_dump.items())},
-            "warnings": list(rep.warnings)}
+            "warnings": list(rep.warnings), **({"ras": rep.ras} if rep.ras else {})}

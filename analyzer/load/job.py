@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from analyzer.load.damage import CutDamage, assess_job, drop_excluded
 from analyzer.load.engine import Engine, LocalEngine
-from parsers.discover import FR_DUMP, KINETO, NCCL_LOG, STDERR, discover
+from parsers.discover import FR_DUMP, KINETO, NCCL_LOG, NCCL_RAS, STDERR, discover
 from parsers.errors import InputError
 from parsers.table import Table
 
@@ -49,6 +49,8 @@ class Job:
     world_size: Optional[int] = None
     missing_ranks: list[int] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    #: one NcclRas (parsers/nccl_ras.py) per saved NCCL RAS report
+    ras_reports: list[Any] = field(default_factory=list)
     #: one StderrLog (parsers/torch_stderr.py) per stderr file, and per NCCL log that also holds stderr lines
     stderr_logs: list[Any] = field(default_factory=list)
     #: the jobs found among the traces when there were several (docs/api.md): label, ranks, selected, ...
@@ -150,6 +152,9 @@ def _parse_other(kind: str, path: str) -> tuple[Any, str]:
         if kind == NCCL_LOG:
             from parsers.nccl_log import parse_nccl_log
             return parse_nccl_log(path), ""
+        if kind == NCCL_RAS:
+            from parsers.nccl_ras import parse_ras
+            return parse_ras(path), ""
         from parsers.flight_recorder import load_dump
         return load_dump(path), ""
     except InputError as exc:
@@ -228,7 +233,7 @@ def load_job(paths: list[str | Path], jobs: Optional[int] = None,
     records: list[FileRecord] = [FileRecord(p, "unknown", FAILED, msg) for p, msg in problems]
     trace_paths = [f.path for f in found if f.kind == KINETO]
     for f in found:
-        if f.kind not in (KINETO, NCCL_LOG, FR_DUMP, STDERR):
+        if f.kind not in (KINETO, NCCL_LOG, NCCL_RAS, FR_DUMP, STDERR):
             records.append(FileRecord(f.path, f.kind, SKIPPED, f.reason))
 
     if engine is None:
@@ -285,9 +290,9 @@ def load_job(paths: list[str | Path], jobs: Optional[int] = None,
             if rec.path == path:
                 rec.rank = r
 
-    logs, dumps = [], []
+    logs, dumps, ras = [], [], []
     for f in found:
-        if f.kind in (NCCL_LOG, FR_DUMP):
+        if f.kind in (NCCL_LOG, NCCL_RAS, FR_DUMP):
             if keep_folder is not None and not _under(f.path, keep_folder):
                 records.append(FileRecord(f.path, f.kind, SKIPPED, "in another job's folder; this run analyses "
                                           f"{keep_folder}"))
@@ -296,7 +301,7 @@ def load_job(paths: list[str | Path], jobs: Optional[int] = None,
             if value is None:
                 records.append(FileRecord(f.path, f.kind, FAILED, err))
                 continue
-            (logs if f.kind == NCCL_LOG else dumps).append(value)
+            (logs if f.kind == NCCL_LOG else ras if f.kind == NCCL_RAS else dumps).append(value)
             w = list(getattr(value, "warnings", []) or [])
             warnings.extend(w)
             records.append(FileRecord(f.path, f.kind, READ, "; ".join(w[:1]), getattr(value, "rank", None)))
@@ -322,6 +327,7 @@ def load_job(paths: list[str | Path], jobs: Optional[int] = None,
               missing, warnings, stderr_logs=stderr_logs, damage=damage, engine=engine, lane_handles=lane_handles,
               world_size_source=ws.source)
     out.jobs = found_jobs
+    out.ras_reports = ras
     return out
 
 

@@ -109,7 +109,9 @@ def _header(report: dict) -> str:
         files = inputs.get("files") or []
         n_fr = sum(1 for f in files if f.get("kind") == "flight_recorder" and f.get("status") in ("read", "salvaged"))
         n_log = sum(1 for f in files if f.get("kind") == "nccl_log" and f.get("status") in ("read", "salvaged"))
-        facts = [f"no profiler traces: {n_fr} Flight Recorder dump(s), {n_log} NCCL/watchdog log(s)"]
+        n_ras = sum(1 for f in files if f.get("kind") == "nccl_ras" and f.get("status") in ("read", "salvaged"))
+        facts = [f"no profiler traces: {n_fr} Flight Recorder dump(s), {n_log} NCCL/watchdog log(s)"
+                 + (f", {n_ras} NCCL RAS report(s)" if n_ras else "")]
     hosts = sorted(set(((cr.get("hosts") or {}).get("rank_to_host") or {}).values()))
     if hosts:
         facts.append(f"hosts {len(hosts)}")

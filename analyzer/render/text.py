@@ -56,8 +56,10 @@ def _summary(report: dict, paint: _Painter) -> list[str]:
         n_fr = sum(1 for f in files if f.get("kind") == "flight_recorder" and f.get("status") != "failed")
         n_log = sum(1 for f in files if f.get("kind") == "nccl_log" and f.get("status") != "failed")
         n_err = sum(1 for f in files if f.get("kind") == "stderr" and f.get("status") != "failed")
+        n_ras = sum(1 for f in files if f.get("kind") == "nccl_ras" and f.get("status") != "failed")
         head = (f"analyze {report.get('tool', {}).get('version', '?')}: no profiler traces; "
-                f"{n_fr} Flight Recorder dump(s), {n_log} NCCL/watchdog log(s), {n_err} stderr log(s)")
+                f"{n_fr} Flight Recorder dump(s), {n_log} NCCL/watchdog log(s), {n_err} stderr log(s)"
+                + (f", {n_ras} NCCL RAS report(s)" if n_ras else ""))
     if job.get("world_size"):
         head += f" of world size {job['world_size']}"
         if job.get("world_size_source") and not ranks:  # a post-mortem: say what showed the size

@@ -97,7 +97,8 @@ def about_section(job: Any, paths: list[str], label: Optional[str] = None,
                 + [v for p in procs if "version" in p for v in p["version"]]
                 + [getattr(d, "comm_lib_version", "") for d in dumps]
                 + [v for lg in stderr_logs if len(lg.events) and "nccl_version" in lg.events
-                   for v in lg.events["nccl_version"]])
+                   for v in lg.events["nccl_version"]]
+                + [r.nccl_version for r in getattr(job, "ras_reports", []) or []])
     collected, collected_from = _collected(job)
     job_info: dict[str, Any] = {}
     if label:

@@ -71,9 +71,10 @@ def _python_values(v: np.ndarray) -> list:
 
 
 def usable(job: Job) -> bool:
-    """Whether anything at all was read to analyse: a trace, an NCCL/watchdog log, a stderr log or a Flight Recorder
-    dump."""
-    return bool(job.traces or job.nccl_logs or job.fr_dumps or getattr(job, "stderr_logs", None))
+    """Whether anything at all was read to analyse: a trace, an NCCL/watchdog log, a stderr log, a saved NCCL RAS
+    report or a Flight Recorder dump."""
+    return bool(job.traces or job.nccl_logs or job.fr_dumps or getattr(job, "stderr_logs", None)
+                or getattr(job, "ras_reports", None))
 
 
 def nothing_analysed_reason(job: Job) -> str:
@@ -84,8 +85,9 @@ def nothing_analysed_reason(job: Job) -> str:
     failed = [f for f in job.files if f.status == "failed"]
     if failed:
         return (f"{len(failed)} of {n} file(s) could not be read (first: {failed[0].path}: {failed[0].message}); "
-                "no trace, NCCL/stderr log or Flight Recorder dump was usable")
-    return f"none of the {n} file(s) is a profiler trace, NCCL/watchdog or stderr log, or Flight Recorder dump"
+                "no trace, NCCL/stderr log, NCCL RAS report or Flight Recorder dump was usable")
+    return (f"none of the {n} file(s) is a profiler trace, NCCL/watchdog or stderr log, NCCL RAS report, or Flight "
+            "Recorder dump")
 
 
 def skipped_by_reason(files: list) -> list[dict]:
