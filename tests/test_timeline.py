@@ -239,3 +239,36 @@ def test_cli_timeline_of_a_real_run_joins(tmp_path):
                  "--timeline-max-events", "2000", "-o", str(tmp_path / "r.txt")]) in (0, 1)
     doc = json.loads(out.read_text())
     assert len(doc["traceEvents"]) <= 2000 and violations(doc) == []
+
+
+def test_post_mortem_timeline_draws_every_ranks_flight_recorder_entries(tmp_path):
+    """A hang folder (dumps, no traces): each rank's entries as slices on its own track, where it stopped visible
+    (rank 2 of hang_stalled_rank never enqueued allreduce #5; the others' #5 never completed), and the finding on
+    the culprit's last entry; the file follows the pairing and nesting rules of the trace timeline."""
+    from tests.trace_event_rules import violations
+    out = tmp_path / "pm.json"
+    assert main([str(ROOT / "fixtures/sim/hang_stalled_rank"), "--timeline", str(out), "-q"]) == 1
+    doc = json.loads(out.read_text())
+    assert violations(doc) == []
+    ev = doc["traceEvents"]
+    procs = {e["pid"]: e["args"]["name"] for e in ev if e["ph"] == "M" and e["name"] == "process_name"}
+    assert procs == {r: f"rank {r} (Flight Recorder)" for r in range(8)}
+    last = {}
+    for e in ev:
+        if e["ph"] == "X" and e["cat"] == "flight_recorder":
+            last[e["pid"]] = max(last.get(e["pid"], 0), e["args"]["seq"])
+    assert last[2] == 4 and all(last[r] >= 5 for r in range(8) if r != 2)
+    open5 = [e for e in ev if e["ph"] == "X" and e["args"].get("seq") == 5]
+    assert open5 and all(e["name"].endswith("(not completed)") for e in open5)
+    (point,) = [e for e in ev if e.get("cat") == "finding"]
+    r2 = [e for e in ev if e["ph"] == "X" and e["pid"] == 2]
+    assert point["pid"] == 2 and point["ts"] == max(e["ts"] for e in r2)
+    assert doc["otherData"]["flight_recorder_entries"] == sum(1 for e in ev if e["ph"] == "X")
+
+
+def test_post_mortem_timeline_keeps_the_latest_entries_under_the_limit(tmp_path):
+    out = tmp_path / "pm.json"
+    main([str(ROOT / "fixtures/sim/hang_stalled_rank"), "--timeline", str(out), "--timeline-max-events", "60", "-q"])
+    doc = json.loads(out.read_text())
+    assert len(doc["traceEvents"]) <= 60 and doc["otherData"]["flight_recorder_entries_left_out"] > 0
+    assert "left out" in doc["otherData"]["thinned"]

@@ -31,6 +31,35 @@ def rank_stderr_files(job: Job) -> dict[int, str]:
     return out
 
 
+#: at most this many wait rows in the report: ranks in one state share a row, so a 10,000-rank hang has a few
+MAX_WAIT_ROWS = 200
+
+
+def wait_cohorts(edges: Any) -> list[dict]:
+    """Who waits for whom, compact: one row per (group, seq, op, the ranks waited for) with every rank waiting
+    there, so ranks in the same state share a row whatever the job's size."""
+    if edges is None or not len(edges):
+        return []
+    by_waiter: dict[tuple, set] = {}
+    absent: dict[tuple, set] = {}
+    for e in edges.records():
+        k = (str(e["group"]), int(e["seq"]), str(e["op"] or ""), int(e["waiter"]))
+        by_waiter.setdefault(k, set()).add(int(e["target"]))
+        if e["absent"]:
+            absent.setdefault(k, set()).add(int(e["target"]))
+    rows: dict[tuple, dict] = {}
+    for (g, seq, op, waiter), targets in by_waiter.items():
+        key = (g, seq, op, tuple(sorted(targets)))
+        row = rows.setdefault(key, {"process_group": g, "seq": seq, "op": op, "waiting": [],
+                                    "waits_for": sorted(targets), "absent": sorted(absent.get((g, seq, op, waiter),
+                                                                                             ()))})
+        row["waiting"].append(waiter)
+    out = sorted(rows.values(), key=lambda r: (r["process_group"], r["seq"], r["waits_for"]))
+    for r in out:
+        r["waiting"].sort()
+    return out[:MAX_WAIT_ROWS]
+
+
 def hang_section(job: Job) -> dict[str, Any]:
     """Diagnoses (root cause first), per-group progress and ranks without a dump, from dumps, logs and stderr."""
     stderr_logs = list(getattr(job, "stderr_logs", []) or [])
@@ -58,5 +87,6 @@ def hang_section(job: Job) -> dict[str, Any]:
                    for col in ("last_enqueued", "last_started", "last_completed") if col in g.columns},
             })
     return {"status": "hang" if diagnoses else "no_hang_evidence", "diagnoses": diagnoses, "groups": groups,
+            "waits": wait_cohorts(rep.waits),
             "ranks_without_dump": {str(k): v for k, v in sorted(rep.ranks_without_dump.items())},
             "warnings": list(rep.warnings), **({"ras": rep.ras} if rep.ras else {})}

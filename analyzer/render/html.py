@@ -193,7 +193,9 @@ def _hang(report: dict) -> str:
     rows = [[d.get("kind"), d.get("process_group"), num(d.get("seq")), d.get("op"),
              ranges(d.get("culprit_ranks") or []) or "-", ranges(d.get("waiting_ranks") or []) or "-",
              d.get("cause") or ""] for d in hang.get("diagnoses") or []]
-    return "<h2>Hang post-mortem</h2>" + _table(["kind", "group", "seq", "op", "culprit", "waiting", "cause"], rows)
+    from analyzer.render.wait_picture import wait_picture
+    return ("<h2>Hang post-mortem</h2>" + wait_picture(report)
+            + _table(["kind", "group", "seq", "op", "culprit", "waiting", "cause"], rows))
 
 
 def _baseline(report: dict) -> str:

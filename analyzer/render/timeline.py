@@ -173,7 +173,12 @@ def stream_timeline(report: dict, tin: Any, sink: Callable[[bytes], Any],
     partition) at a time, so this process holds a few numbers per rank, never every event.
     """
     src = _as_source(tin)
+    dumps = list(getattr(getattr(src, "job", None), "fr_dumps", None) or [])
     try:
+        if not src.rank_ids() and dumps:  # a post-mortem: the ranks' Flight Recorder entries are the timeline
+            from analyzer.render.timeline_fr import has_entries, stream_fr_timeline
+            if has_entries(dumps):
+                return stream_fr_timeline(report, dumps, sink, max(1, int(max_events)))
         return _stream(report, src, sink, max(1, int(max_events)))
     finally:
         if hasattr(src, "close"):
