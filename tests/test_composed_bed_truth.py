@@ -62,6 +62,7 @@ def test_mesh_partitions_the_world(run: str) -> None:
         assert t["target_ranks"] == [r for r in sorted(world) if t["mesh"]["rank_coords"][str(r)]["pp"] == pc]
 
 
+@pytest.mark.slow  # reads 148 traces (~5 s of CPU)
 @pytest.mark.parametrize("run", RUNS)
 def test_traces_hold_the_truths_groups(run: str) -> None:
     t = truth(run)
