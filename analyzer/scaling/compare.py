@@ -40,7 +40,7 @@ def _batch_ratio(row: dict, base: dict, kind: str) -> float:
 
 def _factors_vs(row: dict, ref: dict, b_rel: float) -> dict:
     f = {k: _ratio(row.get(k), ref.get(k)) for k in PARALLEL}
-    f["computation_scalability"] = (_ratio(ref.get("useful_mean_us"), row.get("useful_mean_us")) or 0) * b_rel or None
+    f["computation_scalability"] = (_ratio(ref.get("useful_median_us"), row.get("useful_median_us")) or 0) * b_rel or None
     return f
 
 

@@ -1,8 +1,9 @@
 """The POP efficiency factors of one run and across runs, built so that they multiply exactly
 (docs/scaling.md, "The factors").
 
-One run: parallel efficiency PE = mean(U)/T = load balance × transfer × host idle × bubble × serialisation, with
-LB = mean(U)/max(U) and the rest ratios of successive ideal runtimes (T → no exposed transfer → no idle → no
+One run: parallel efficiency PE = median(U)/T = load balance × transfer × host idle × bubble × serialisation, with
+LB = median(U)/max(U) (the typical rank's useful work: one straggler's own extra work is imbalance, not growth of
+the job's computation) and the rest ratios of successive ideal runtimes (T → no exposed transfer → no idle → no
 bubble → max(U)). Across runs: E_N = Π (factor_N / factor_N0) × computation scalability.
 """
 from __future__ import annotations
@@ -36,7 +37,7 @@ def parallel_factors(parts: pd.DataFrame, T: float) -> dict:
     """The factors of one run from per-rank means (columns U, X, I, B, W; T the job's mean step time, µs).
 
     Every rank's parts are fitted into T (useful first), so each ideal runtime is at most the previous one and
-    the product is exactly mean(U)/T."""
+    the product is exactly median(U)/T."""
     if parts is None or len(parts) == 0 or not T or T <= 0:
         return {}
     U = np.minimum(parts["U"].to_numpy(float), T)
@@ -48,12 +49,12 @@ def parallel_factors(parts: pd.DataFrame, T: float) -> dict:
     t1 = float(np.max(T - X))
     t2 = float(np.max(T - X - I))
     t3 = float(np.max(T - X - I - B))
-    umax, umean = float(U.max()), float(U.mean())
+    umax, utyp = float(U.max()), float(np.median(U))
     if umax <= 0:
         return {}
-    out = {"load_balance": umean / umax, "transfer": t1 / T, "host_idle": t2 / t1, "bubble": t3 / t2,
+    out = {"load_balance": utyp / umax, "transfer": t1 / T, "host_idle": t2 / t1, "bubble": t3 / t2,
            "serialisation": umax / t3}
-    out["parallel_efficiency"] = umean / T
+    out["parallel_efficiency"] = utyp / T
     return out
 
 

@@ -31,21 +31,21 @@ def scaling_kind(rows: list[dict], override: Optional[str] = None) -> dict:
                 "evidence": "neither the per-rank nor the global batch is constant: efficiency is per-rank "
                             "throughput against the smallest run's"}
     base = rows[0]
-    n0, u0 = base.get("world_size"), base.get("useful_mean_us")
+    n0, u0 = base.get("world_size"), base.get("useful_median_us")
     nxt = next((r for r in rows[1:] if r.get("world_size") and n0 and r["world_size"] > n0
-                and r.get("useful_mean_us")), None)
+                and r.get("useful_median_us")), None)
     if not nxt or not u0:
         return {"kind": "unknown", "source": "none", "confidence": 0.0,
                 "evidence": "no two run sizes with compute to compare"}
-    x = _exponent(u0, n0, nxt["useful_mean_us"], nxt["world_size"])
-    later = [_exponent(u0, n0, r["useful_mean_us"], r["world_size"]) for r in rows[1:]
-             if r is not nxt and r.get("useful_mean_us") and r.get("world_size") and r["world_size"] > n0]
+    x = _exponent(u0, n0, nxt["useful_median_us"], nxt["world_size"])
+    later = [_exponent(u0, n0, r["useful_median_us"], r["world_size"]) for r in rows[1:]
+             if r is not nxt and r.get("useful_median_us") and r.get("world_size") and r["world_size"] > n0]
     kind = "strong" if x > 0.5 else "weak"
     conf = min(1.0, abs(x - 0.5) * 2)
     disagree = [y for y in later if (y > 0.5) != (x > 0.5)]
     if disagree:
         conf *= 0.5
-    ratio = nxt["useful_mean_us"] / u0
+    ratio = nxt["useful_median_us"] / u0
     evidence = (f"inferred: each rank's compute per step at {nxt['world_size']} ranks is {ratio:.2f}× that at "
                 f"{n0} (weak scaling keeps it ~1×, strong shrinks it to ~{n0 / nxt['world_size']:.2f}×)")
     if disagree:

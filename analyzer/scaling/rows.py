@@ -18,7 +18,7 @@ ROW_COLUMNS = (
     "step_time_mean_us", "step_time_median_us", "step_time_p90_us", "step_time_max_us",
     "batch_per_rank", "global_batch", "throughput", "throughput_unit",
     "comm_share", "exposed_comm_share", "exposed_wait_share", "idle_share", "bubble_share",
-    "useful_mean_us", "useful_max_us", "useful_sum_us",
+    "useful_median_us", "useful_mean_us", "useful_max_us", "useful_sum_us",
     "load_balance", "transfer", "host_idle", "bubble", "serialisation", "parallel_efficiency",
     "bucket_cap_mb",
 )
@@ -130,6 +130,7 @@ def run_row(report: dict, *, label: Optional[str] = None, source: Optional[str] 
         "exposed_wait_share": _num(summary.get("exposed_wait_share")),
         "idle_share": _num(summary.get("idle_share")),
         "bubble_share": bubble_share,
+        "useful_median_us": float(parts["U"].median()) if len(parts) else None,
         "useful_mean_us": float(parts["U"].mean()) if len(parts) else None,
         "useful_max_us": float(parts["U"].max()) if len(parts) else None,
         "useful_sum_us": float(parts["U"].sum()) if len(parts) else None,
