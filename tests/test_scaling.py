@@ -94,6 +94,20 @@ def test_each_step_up_has_a_waterfall_that_adds_up():
         {"a": math.log(0.9) / math.log(0.72) * 0.28, "b": math.log(0.8) / math.log(0.72) * 0.28})
 
 
+def test_volume_against_bandwidth_against_the_best_run():
+    rows = []
+    for n, (t_us, bw) in ((2, (1000.0, 2.0)), (4, (3000.0, 1.0))):
+        rep = report(n, [(100, 5, 0, 0)] * n, label=f"w{n}", stamp=f"2026-01-0{n}T00:00:00Z")
+        rep["cross_rank"]["collectives"] = {"by_group_op": [
+            {"transfer_us_per_active_step": t_us, "mean_busbw_gbps": bw, "nominal_busbw_gbps": None}]}
+        rows.append(run_row(rep))
+    w2, w4 = compare_rows(rows)["runs"]
+    assert w2["comm_bus_bytes_per_step"] == pytest.approx(2e6) and w4["comm_bus_bytes_per_step"] == pytest.approx(3e6)
+    assert w4["reference_busbw_gbps"] == 2.0 and w4["volume_time_us"] == pytest.approx(1500.0)
+    assert w4["volume_ratio"] == pytest.approx(2.0) and "contention" in w4["volume_verdict"]
+    assert w2["volume_ratio"] == pytest.approx(1.0) and "volume itself" in w2["volume_verdict"]
+
+
 def test_guide_values_interpolate_in_log_size():
     th = {"efficiency_good_at_8": 0.85, "efficiency_acceptable_at_64": 0.6}
     assert expected_efficiency(4, th) == 0.85 and expected_efficiency(128, th) == 0.6

@@ -53,6 +53,19 @@ def _factor_cells(values: dict, shares: dict) -> list[str]:
             for f in FACTORS]
 
 
+def _volume_lines(doc: dict, esc: Callable[[Any], str]) -> list[str]:
+    """One line per run with communication: bus bytes per step, measured transfer, the time the volume explains."""
+    out = []
+    for r in doc.get("runs") or []:
+        if r.get("volume_ratio") is None:
+            continue
+        out.append(f"{esc(r['label'])} (N={r['world_size']}): {r['comm_bus_bytes_per_step'] / 1e6:.2f} MB bus "
+                   f"bytes per step, transfer {_ms(r['comm_transfer_us_per_step'])} ms measured, "
+                   f"{_ms(r['volume_time_us'])} ms at {r['reference_busbw_gbps']:.3g} GB/s "
+                   f"(x{r['volume_ratio']:.2f}): {r['volume_verdict']}")
+    return out
+
+
 def render_text(doc: dict) -> str:
     esc = sanitize.text
     runs = doc.get("runs") or []
@@ -77,6 +90,10 @@ def render_text(doc: dict) -> str:
             lines.append(f"  {s['from_world_size']} -> {s['to_world_size']} ({esc(s['from_label'])} -> "
                          f"{esc(s['to_label'])}): x{s['efficiency']:.2f}; {parts or 'no change'}"
                          + (f"; most lost: {s['dominant']}: {s['fix']}" if s.get("dominant") else ""))
+    vol = _volume_lines(doc, esc)
+    if vol:
+        lines += ["", "Volume against bandwidth (reference: the link's nominal bus bandwidth, else the best run's):"]
+        lines += ["  " + v for v in vol]
     for n in doc.get("notes") or []:
         lines.append(f"note: {esc(n)}")
     for w in doc.get("warnings") or []:
@@ -106,6 +123,11 @@ def render_markdown(doc: dict) -> str:
             out.append(f"| {s['from_world_size']} → {s['to_world_size']} | ×{s['efficiency']:.2f} | " +
                        " | ".join("-" if sh.get(f) is None else f"{-100 * sh[f]:+.1f}" for f in FACTORS) +
                        f" | {s.get('dominant') or '-'} | {esc(s.get('fix') or '')} |")
+    vol = _volume_lines(doc, esc)
+    if vol:
+        out += ["", "## Volume against bandwidth", "",
+                "Reference: the link's nominal bus bandwidth, else the best run's effective one.", ""]
+        out += [f"- {v}" for v in vol]
     if doc.get("notes") or doc.get("warnings"):
         out += [""] + [f"- note: {esc(n)}" for n in doc.get("notes") or []] + \
                [f"- warning: {esc(w)}" for w in doc.get("warnings") or []]

@@ -7,6 +7,7 @@ from typing import Optional
 
 from analyzer.scaling.factors import FACTORS, FIXES, dominant, waterfall
 from analyzer.scaling.kind import scaling_kind
+from analyzer.scaling.volume import volume_against_bandwidth
 
 SCHEMA = "dtrace-analyzer/comparison"
 PARALLEL = ("load_balance", "transfer", "host_idle", "bubble", "serialisation")
@@ -99,6 +100,7 @@ def compare_rows(rows: list[dict], *, scaling: Optional[str] = None,
                           "good" if r["efficiency"] >= r["expected_efficiency"] else "below the guide")
         r["notes"] = _notes(r, f["computation_scalability"], k)
         doc["notes"] += [f"{r['label']}: {n}" for n in r["notes"]]
+    volume_against_bandwidth(runs)
     for prev, cur in zip(runs, runs[1:]):
         f = {x: _ratio(cur["factors"].get(x), prev["factors"].get(x)) for x in FACTORS}
         e = cur["efficiency"] / prev["efficiency"]

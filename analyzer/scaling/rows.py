@@ -11,6 +11,7 @@ import pandas as pd
 
 from analyzer.scaling.factors import parallel_factors
 from analyzer.scaling.shape import job_shape
+from analyzer.scaling.volume import comm_volume
 
 #: the columns of a run row, in order (the --record file's columns; docs/scaling.md)
 ROW_COLUMNS = (
@@ -20,7 +21,8 @@ ROW_COLUMNS = (
     "comm_share", "exposed_comm_share", "exposed_wait_share", "idle_share", "bubble_share",
     "useful_median_us", "useful_mean_us", "useful_max_us", "useful_sum_us",
     "load_balance", "transfer", "host_idle", "bubble", "serialisation", "parallel_efficiency",
-    "bucket_cap_mb",
+    "bucket_cap_mb", "comm_bus_bytes_per_step", "comm_transfer_us_per_step", "comm_busbw_gbps",
+    "nominal_busbw_gbps",
 )
 
 
@@ -136,6 +138,7 @@ def run_row(report: dict, *, label: Optional[str] = None, source: Optional[str] 
         "useful_sum_us": float(parts["U"].sum()) if len(parts) else None,
         "bucket_cap_mb": bucket_cap_mb,
     }
+    row.update(comm_volume(report))
     row.update({k: factors.get(k) for k in ("load_balance", "transfer", "host_idle", "bubble", "serialisation",
                                               "parallel_efficiency")})
     return {k: row.get(k) for k in ROW_COLUMNS}
