@@ -114,6 +114,15 @@ def test_guide_values_interpolate_in_log_size():
     assert expected_efficiency(16, th) == pytest.approx(0.85 - 0.25 / 3)
 
 
+def test_html_escapes_labels_and_plots_every_factor():
+    from analyzer.render.compare_html import render_html
+    rows = [run_row(report(n, [(100, 5 * n, 2 * n, 1)] * n, label=f"<img src=x onerror=alert(1)>{n}",
+                           stamp=f"2026-01-0{n}T00:00:00Z")) for n in (1, 2, 4)]
+    page = render_html(compare_rows(rows))
+    assert "<img" not in page and "&lt;img" in page
+    assert page.count("<polyline") == 1 + len(FACTORS) + 1          # efficiency, each factor, the guide
+
+
 def test_job_shape_reads_the_process_groups():
     r = {"cross_rank": {"process_groups": [{"size": 2, "judged_role": "tp"}, {"size": 4, "judged_role": "dp"},
                                            {"size": 2, "judged_role": "tp"}]}}
@@ -154,6 +163,11 @@ def test_cli_compares_record_files_and_escapes_labels(tmp_path):
     js = json.loads(_cli("--compare", str(path), "--format", "json").stdout)
     assert js["schema"] == "dtrace-analyzer/comparison"
     assert js["runs"][1]["efficiency"] == pytest.approx(105 / 110)
+    page = tmp_path / "c.html"
+    assert _cli("--compare", str(path), "--html", str(page), "-q").returncode == 0
+    html = page.read_text()
+    assert "<svg" in html and "<polyline" in html and "Each step up in size" in html
+    assert "\x1b" not in html and "<script" not in html
     bad = _cli("--compare", str(path), "--format", "sarif")
     assert bad.returncode == 2 and "--compare writes" in bad.stderr
     notrec = tmp_path / "x.csv"

@@ -1,13 +1,16 @@
-"""Which renderer writes a scaling comparison in which format (text, markdown, json)."""
+"""Which renderer writes a scaling comparison in which format (text, markdown, json, html)."""
 from __future__ import annotations
 
-COMPARE_FORMATS = ("text", "markdown", "json")
+COMPARE_FORMATS = ("text", "markdown", "json", "html")
 
 
 def render_comparison(fmt: str, doc: dict) -> str:
     if fmt == "json":
         from analyzer.render import sanitize
         return sanitize.dumps(doc) + "\n"
+    if fmt == "html":
+        from analyzer.render.compare_html import render_html
+        return render_html(doc)
     from analyzer.render.compare_text import render_markdown, render_text
     if fmt == "markdown":
         return render_markdown(doc)

@@ -45,8 +45,8 @@ def run_compare(args: argparse.Namespace, write_stdout: Any) -> int:
     from analyzer.scaling.record import RecordError
     from analyzer.scaling.session import compare
     fmt = args.format or "text"
-    if fmt not in ("text", "markdown", "json"):
-        print(f"analyze: error: --compare writes text, markdown or json, not {fmt}", file=sys.stderr)
+    if fmt not in ("text", "markdown", "json", "html"):
+        print(f"analyze: error: --compare writes text, markdown, json or html, not {fmt}", file=sys.stderr)
         return EXIT_USAGE
     try:
         th = _thresholds(args.scaling_threshold)
@@ -56,6 +56,11 @@ def run_compare(args: argparse.Namespace, write_stdout: Any) -> int:
     except (InputPathError, RecordError, ValueError) as exc:
         print(f"analyze: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    for extra in ("markdown", "json", "html"):  # --html FILE, --markdown FILE, --json FILE beside the main one
+        path = getattr(args, f"out_{extra}", None)
+        if path and path != "-":
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(comp.render(extra))
     text = comp.render(fmt)
     if args.output and args.output != "-":
         with open(args.output, "w", encoding="utf-8") as f:

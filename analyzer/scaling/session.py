@@ -58,7 +58,7 @@ class Comparison:
                                           "efficiency", "factor", "value", "loss_share", "dominant"])
 
     def render(self, fmt: str = "text") -> str:
-        """The comparison as ``text``, ``markdown`` or ``json``."""
+        """The comparison as ``text``, ``markdown``, ``json`` or ``html``."""
         from analyzer.render.compare_formats import render_comparison
         return render_comparison(fmt, self.document)
 
