@@ -176,6 +176,23 @@ def test_cli_compares_record_files_and_escapes_labels(tmp_path):
     assert bad.returncode == 2 and "x.csv" in bad.stderr and "record file" in bad.stderr
 
 
+def test_guide_values_from_the_config_file_and_the_command_line(tmp_path):
+    rows = [run_row(report(n, [(100, 5 * n, 0, 0)] * n, label=f"w{n}", stamp=f"2026-01-0{n}T00:00:00Z"))
+            for n in (1, 4)]
+    path = tmp_path / "t.jsonl"
+    append_rows(str(path), rows)
+    cfg = tmp_path / "analyze.toml"
+    cfg.write_text("[scaling]\nefficiency_good_at_8 = 0.95\n")
+    js = json.loads(_cli("--compare", str(path), "--format", "json", "--config", str(cfg)).stdout)
+    assert js["thresholds"]["efficiency_good_at_8"] == 0.95 and js["runs"][1]["expected_efficiency"] == 0.95
+    js = json.loads(_cli("--compare", str(path), "--format", "json", "--config", str(cfg),
+                         "--scaling-threshold", "efficiency_good_at_8=80%").stdout)
+    assert js["runs"][1]["expected_efficiency"] == pytest.approx(0.8)
+    assert js["runs"][1]["judgement"] == "good"                      # 105/120 = 0.875 ≥ 0.8
+    bad = _cli("--compare", str(path), "--scaling-threshold", "nope=1")
+    assert bad.returncode == 2 and "nope" in bad.stderr
+
+
 @pytest.mark.slow
 def test_cli_on_real_runs_records_once(tmp_path):
     runs = [str(BED / "weak" / f"w{n}") for n in (1, 2)]

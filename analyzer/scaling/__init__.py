@@ -1,8 +1,6 @@
 """Across runs: the scaling comparison of several finished per-run reports (docs/scaling.md).
 
-A stage after the report stage: it reads reports (or rows saved by ``--record``), never traces.
+A stage after the report stage: it reads reports (or rows saved by ``--record``), never traces. Entry points:
+``analyzer.scaling.session.compare`` (``analyzer.compare``), ``rows.run_row``, ``compare.compare_rows``; nothing is
+imported here, so that the CLI's start-up stays light.
 """
-from analyzer.scaling.compare import compare_rows
-from analyzer.scaling.rows import run_row
-
-__all__ = ["compare_rows", "run_row"]

@@ -5,7 +5,7 @@ import argparse
 import sys
 from typing import Any
 
-from analyzer.scaling.compare import DEFAULT_THRESHOLDS
+from analyzer.scaling.thresholds import DEFAULT_THRESHOLDS
 
 EXIT_OK, EXIT_USAGE = 0, 2
 
@@ -23,6 +23,26 @@ def add_compare_arguments(p: argparse.ArgumentParser) -> None:
                         "is not added again")
     g.add_argument("--scaling-threshold", action="append", default=[], metavar="NAME=VALUE",
                    help=f"guide value, e.g. efficiency_good_at_8=0.9 (known: {', '.join(DEFAULT_THRESHOLDS)})")
+
+
+def _file_thresholds(args: argparse.Namespace) -> list[str]:
+    """``[tool.analyze.scaling]`` (pyproject.toml / analyze.toml, found as the rules' config is) as NAME=VALUE."""
+    from pathlib import Path
+
+    from rules.config import _read_toml, find_config_file
+    if getattr(args, "isolated", False):
+        return []
+    path = Path(args.config) if getattr(args, "config", None) else find_config_file()
+    if path is None:
+        return []
+    data = _read_toml(path)
+    table = (data.get("tool") or {}).get("analyze")
+    if table is None:
+        table = data if path.name == "analyze.toml" else {}
+    scaling = table.get("scaling") or {}
+    if not isinstance(scaling, dict):
+        raise ValueError(f"{path}: [tool.analyze.scaling] must be a table of NAME = number")
+    return [f"{k}={v}" for k, v in scaling.items()]
 
 
 def _thresholds(items: list[str]) -> dict:
@@ -44,16 +64,17 @@ def run_compare(args: argparse.Namespace, write_stdout: Any) -> int:
     from analyzer.api import InputPathError
     from analyzer.scaling.record import RecordError
     from analyzer.scaling.session import compare
+    from rules.config import ConfigError
     fmt = args.format or "text"
     if fmt not in ("text", "markdown", "json", "html"):
         print(f"analyze: error: --compare writes text, markdown, json or html, not {fmt}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        th = _thresholds(args.scaling_threshold)
+        th = _thresholds(_file_thresholds(args) + args.scaling_threshold)
         comp = compare(args.paths, batch_per_rank=args.batch_per_rank, scaling=args.scaling, thresholds=th,
                        record=args.record, jobs=args.jobs or 1,
                        load_options={"world_size": args.world_size, "gpus_per_node": args.gpus_per_node})
-    except (InputPathError, RecordError, ValueError) as exc:
+    except (InputPathError, RecordError, ConfigError, ValueError) as exc:
         print(f"analyze: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     for extra in ("markdown", "json", "html"):  # --html FILE, --markdown FILE, --json FILE beside the main one

@@ -7,13 +7,12 @@ from typing import Optional
 
 from analyzer.scaling.factors import FACTORS, FIXES, dominant, waterfall
 from analyzer.scaling.kind import scaling_kind
+from analyzer.scaling.thresholds import DEFAULT_THRESHOLDS
 from analyzer.scaling.volume import volume_against_bandwidth
 
 SCHEMA = "dtrace-analyzer/comparison"
 PARALLEL = ("load_balance", "transfer", "host_idle", "bubble", "serialisation")
 
-#: guide values to judge efficiency against (docs/scaling.md, "Thresholds"); override with --scaling-threshold
-DEFAULT_THRESHOLDS = {"efficiency_good_at_8": 0.85, "efficiency_acceptable_at_64": 0.6}
 
 
 def expected_efficiency(world_size: int, thresholds: dict) -> float:
