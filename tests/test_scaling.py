@@ -219,3 +219,16 @@ def test_api_compare_returns_tables():
     w2 = f[f["world_size"] == 2].set_index("factor")["value"]
     assert math.prod(w2) == pytest.approx(t["efficiency"].iloc[1])
     assert set(comp.steps_up["factor"]) == set(FACTORS)
+
+
+@pytest.mark.slow
+def test_one_folder_of_sibling_runs_is_compared_run_by_run(tmp_path):
+    import shutil
+
+    import analyzer
+    for n in (1, 2):
+        shutil.copytree(BED / "weak" / f"w{n}", tmp_path / "runs" / f"w{n}")
+    comp = analyzer.compare([tmp_path / "runs"], batch_per_rank=32)
+    assert list(comp.table["world_size"]) == [1, 2]
+    assert [lab.rsplit("/", 1)[-1] for lab in comp.table["label"]] == ["w1", "w2"]
+    assert comp.document["scaling"]["kind"] == "weak"

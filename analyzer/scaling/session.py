@@ -72,7 +72,7 @@ def compare(runs: Iterable[PathLike], *, batch_per_rank: Optional[float] = None,
     steps/s). ``scaling``: "weak" or "strong" overrides the inference. ``thresholds``: the guide values
     (``efficiency_good_at_8``, ``efficiency_acceptable_at_64``). ``record``: append the analysed runs' rows to
     this CSV / JSON-lines file (rows already there are not added again)."""
-    from analyzer.api import check_paths, load
+    from analyzer.api import check_paths
     if scaling not in (None, "weak", "strong"):
         raise ValueError(f"scaling must be 'weak' or 'strong', not {scaling!r}")
     paths = [os.fspath(p) for p in runs]
@@ -82,16 +82,39 @@ def compare(runs: Iterable[PathLike], *, batch_per_rank: Optional[float] = None,
         if is_record_file(p):
             rows += read_rows(p)
             continue
-        a = load(p, jobs=jobs, **(load_options or {}))
-        try:
-            label = labels[i] if labels and i < len(labels) else _label(p)
-            row = run_row(a.report, label=label, source=p, batch_per_rank=batch_per_rank)
-        finally:
-            a.close()
-        rows.append(row)
-        analysed.append(row)
+        for row in _folder_rows(p, labels[i] if labels and i < len(labels) else None, batch_per_rank, jobs,
+                                load_options or {}):
+            rows.append(row)
+            analysed.append(row)
     recorded = append_rows(os.fspath(record), analysed) if record else None
     return Comparison(compare_rows(rows, scaling=scaling, thresholds=thresholds), rows, recorded)
+
+
+def _folder_rows(path: str, label: Optional[str], batch_per_rank: Optional[float], jobs: Optional[int],
+                 options: dict) -> list[dict]:
+    """The rows of one folder: one run, or each of the sibling jobs the load stage tells apart in it
+    (``runs/`` holding ``w1/``, ``w2/``, …: report ``inputs.jobs``)."""
+    from analyzer.api import load
+    a = load(path, jobs=jobs, **options)
+    try:
+        found = (a.report.get("inputs") or {}).get("jobs") or []
+        if len(found) <= 1 or options.get("job"):
+            return [run_row(a.report, label=label or _label(path), source=path, batch_per_rank=batch_per_rank)]
+        selected = next((j["label"] for j in found if j.get("selected")), None)
+        rows = [run_row(a.report, label=f"{label or _label(path)}/{selected}", source=path,
+                        batch_per_rank=batch_per_rank)]
+    finally:
+        a.close()
+    for j in found:
+        if j["label"] == selected:
+            continue
+        b = load(path, jobs=jobs, job=j["label"], **options)
+        try:
+            rows.append(run_row(b.report, label=f"{label or _label(path)}/{j['label']}", source=path,
+                                batch_per_rank=batch_per_rank))
+        finally:
+            b.close()
+    return rows
 
 
 def _label(path: str) -> str:
