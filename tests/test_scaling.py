@@ -140,11 +140,31 @@ def test_record_appends_once_and_reads_back(tmp_path, suffix):
     assert append_rows(path, rows) == 0
     back = read_rows(path)
     assert [r["run_id"] for r in back] == [r["run_id"] for r in rows]
+    assert back[0]["label"] == "=w1"                                 # as given, though never a formula in the CSV
+    if suffix == ".csv":
+        assert ",=w1," not in Path(path).read_text() and ",'=w1," in Path(path).read_text()
     assert back[1]["world_size"] == 2 and back[1]["batch_per_rank"] == 4.0
     assert compare_rows(back)["runs"][1]["efficiency"] == pytest.approx(compare_rows(rows)["runs"][1]["efficiency"])
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess:
+class _Run:
+    def __init__(self, returncode: int, stdout: str, stderr: str) -> None:
+        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
+
+
+def _cli(*args: str) -> _Run:
+    """`analyze ARGS` in this process (the CLI's own entry point, exit code, stdout and stderr)."""
+    import contextlib
+    import io
+
+    from analyzer.cli import main
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(args))
+    return _Run(code, out.getvalue(), err.getvalue())
+
+
+def _cli_process(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "analyzer", *args], capture_output=True, text=True, timeout=600,
                           cwd=ROOT)
 
@@ -197,7 +217,7 @@ def test_guide_values_from_the_config_file_and_the_command_line(tmp_path):
 def test_cli_on_real_runs_records_once(tmp_path):
     runs = [str(BED / "weak" / f"w{n}") for n in (1, 2)]
     table = tmp_path / "t.csv"
-    first = _cli("--compare", *runs, "--record", str(table), "--batch-per-rank", "32", "--format", "json")
+    first = _cli_process("--compare", *runs, "--record", str(table), "--batch-per-rank", "32", "--format", "json")
     assert first.returncode == 0, first.stderr
     doc = json.loads(first.stdout)
     assert doc["scaling"]["kind"] == "weak" and doc["scaling"]["source"] == "batches"

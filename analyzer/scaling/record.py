@@ -21,10 +21,20 @@ def is_record_file(path: str) -> bool:
     return os.path.isfile(path) and path.lower().endswith((".csv", ".jsonl", ".ndjson"))
 
 
+_FORMULA = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _csv_safe(row: dict) -> dict:
+    """Text cells a spreadsheet would run as a formula get a leading quote (read_rows takes it off again)."""
+    return {k: ("'" + v if k in _TEXT and isinstance(v, str) and v.startswith(_FORMULA) else v) for k, v in row.items()}
+
+
 def _typed(row: dict) -> dict:
     out = {}
     for k in ROW_COLUMNS:
         v = row.get(k)
+        if k in _TEXT and isinstance(v, str) and v.startswith("'") and v[1:].startswith(_FORMULA):
+            v = v[1:]
         if k not in _TEXT and isinstance(v, str):
             v = None if v.strip() in ("", "None", "null") else float(v)
         if k in ("world_size", "steps", "hosts") and v is not None:
@@ -70,7 +80,7 @@ def append_rows(path: str, rows: Iterable[dict]) -> int:
             w = csv.DictWriter(f, fieldnames=list(ROW_COLUMNS))
             if header:
                 w.writeheader()
-            w.writerows(new)
+            w.writerows(_csv_safe(r) for r in new)
         else:
             for r in new:
                 f.write(json.dumps(r, sort_keys=False) + "\n")
