@@ -26,6 +26,7 @@ SERIES = {
     "weak": ["weak/w1", "weak/w2", "weak/w3", "weak/w4"],
     "weak-straggler": ["weak/w1", "weak/w2", "weak-straggler/w3", "weak/w4"],
     "strong": ["strong/w1", "strong/w2", "strong/w4"],
+    "fsdp-weak": ["fsdp-weak/w1", "fsdp-weak/w2", "fsdp-weak/w4"],
     "heldout-weak": ["heldout-weak/w1", "heldout-weak/w2", "heldout-weak/w4"],
     "heldout-straggler": ["heldout-weak/w1", "heldout-straggler/w2", "heldout-weak/w4"],
     "heldout-strong": ["heldout-strong/w1", "heldout-strong/w3"],
