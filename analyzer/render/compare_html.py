@@ -77,7 +77,7 @@ def _share(v: Optional[float]) -> str:
     if v is None:
         return "-"
     cls = "loss" if v > 0.0005 else "gain" if v < -0.0005 else ""
-    return f'<span class="{cls}">{-100 * v:+.1f}</span>'
+    return f'<span class="{cls}">{-100 * v + 0.0:+.1f}</span>'
 
 
 def render_html(doc: dict) -> str:

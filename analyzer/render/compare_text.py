@@ -49,7 +49,7 @@ def _kind_line(doc: dict) -> str:
 
 
 def _factor_cells(values: dict, shares: dict) -> list[str]:
-    return [f"{_f(values.get(f))} ({'-' if shares.get(f) is None else f'{-100 * shares[f]:+.1f}'})"
+    return [f"{_f(values.get(f))} ({'-' if shares.get(f) is None else f'{-100 * shares[f] + 0.0:+.1f}'})"
             for f in FACTORS]
 
 
@@ -121,7 +121,7 @@ def render_markdown(doc: dict) -> str:
         for s in doc["steps_up"]:
             sh = s.get("loss_shares") or {}
             out.append(f"| {s['from_world_size']} → {s['to_world_size']} | ×{s['efficiency']:.2f} | " +
-                       " | ".join("-" if sh.get(f) is None else f"{-100 * sh[f]:+.1f}" for f in FACTORS) +
+                       " | ".join("-" if sh.get(f) is None else f"{-100 * sh[f] + 0.0:+.1f}" for f in FACTORS) +
                        f" | {s.get('dominant') or '-'} | {esc(s.get('fix') or '')} |")
     vol = _volume_lines(doc, esc)
     if vol:
