@@ -258,3 +258,10 @@ def _apply_baseline(report: dict, source: str, options: Any, jobs: Optional[int]
 
 
 __all__ = ["load", "Analysis", "InputPathError", "check_paths"]
+
+
+def compare(runs: Iterable[PathLike], **options: Any) -> Any:
+    """Compare several runs (folders or --record files): scaling efficiency, its factors, the table of every
+    configuration (analyzer.scaling.session.compare; docs/scaling.md)."""
+    from analyzer.scaling.session import compare as _compare
+    return _compare(runs, **options)

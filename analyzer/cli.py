@@ -23,6 +23,7 @@ examples:
   analyze traces/ --format github           GitHub Actions annotations (::error file=...::...)
   analyze traces/ --baseline main-traces/   compare with an earlier run; a slowdown fails the run
   analyze traces/ --fail-on warning         exit 1 on warnings too (default: errors only)
+  analyze --compare runs/w8 runs/w32 runs/w64   scaling efficiency across runs and where it went (docs/scaling.md)
 
 exit codes (docs/exit-codes.md):
   0  no finding reaches --fail-on (default error; warning; never)
@@ -96,6 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"analyze {__version__}")
     from rules.config import add_cli_arguments
     add_cli_arguments(p)
+    from analyzer.scaling.cli_compare import add_compare_arguments
+    add_compare_arguments(p)
     return p
 
 
@@ -275,6 +278,9 @@ def _run(argv: Optional[list[str]] = None) -> int:
         parser.print_usage(sys.stderr)
         print("analyze: error: give at least one file or folder", file=sys.stderr)
         return EXIT_USAGE
+    if args.compare:
+        from analyzer.scaling.cli_compare import run_compare
+        return run_compare(args, write_stdout)
     from analyzer.api import InputPathError, check_paths
     try:
         check_paths(args.paths)

@@ -120,11 +120,12 @@ def load_config_file(path: Path) -> RuleConfig:
         table = data if path.name == "analyze.toml" else {}
     where = f"{path} [tool.analyze]" if path.name == "pyproject.toml" else str(path)
     cfg = RuleConfig(source=str(path))
-    known = {"select", "ignore", "extend-select", "extend_select", "thresholds", "comm-kernels", "comm_kernels"}
+    known = {"select", "ignore", "extend-select", "extend_select", "thresholds", "comm-kernels", "comm_kernels",
+             "scaling"}  # [tool.analyze.scaling]: the --compare guide values, read by analyzer/scaling/cli_compare.py
     extra = sorted(set(table) - known)
     if extra:
         raise ConfigError(f"{where}: unknown key(s) {extra} (known: select, ignore, extend-select, thresholds, "
-                          "comm-kernels)")
+                          "comm-kernels, scaling)")
     if "select" in table:
         cfg.select = _split(_as_list(table["select"], where, "select"))
     cfg.select += _split(_as_list(table.get("extend-select", table.get("extend_select", [])), where, "extend-select"))
