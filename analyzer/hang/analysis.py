@@ -95,6 +95,7 @@ def analyze_hang(dumps: Iterable[Any] = (), logs: Iterable[Any] = (), world_size
     diags, no_dump = verdict.build(inp, st, edges, divs, facts, lates)
     member_lists = [(str(g.key), sorted(g.members)) for g in inp.groups.values() if g.members]
     diags = nccl_errors.apply(named_ranks.apply(diags, stderr_logs, member_lists), stderr_logs)  # stderr that names it outright
+    diags = named_ranks.apply_stated_views(diags, stderr_logs, set(inp.world))  # DDP's model check: the odd rank
     diags = log_failures.apply(diags, stderr_logs)  # a log that shows a failure never reads as OK
     quoted = {e[0] for d in diags for e in d.evidence}
     for d in diags:
