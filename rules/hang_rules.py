@@ -63,7 +63,7 @@ def _diag_finding(d: dict, ctx_no_dump: dict | None = None) -> Finding:
         where = f"process group {pg}{desc}" + (f", collective #{seq}" if seq is not None else "") + \
             (f" ({op})" if op else "")
     else:  # a post-mortem from stderr alone: no group or sequence number is known
-        where = f"a {op}" if op else "a collective"
+        where = (f"{'an' if op[:1].lower() in 'aeiou' else 'a'} {op}") if op else "a collective"
     tie = bool(d.get("tie"))
     if tie and len(culprits) > 1:
         title = (f"{ranks_text(culprits).capitalize()} disagree ({TIE_WORDS.get(kind, kind.replace('_', ' '))}) in "
@@ -72,7 +72,10 @@ def _diag_finding(d: dict, ctx_no_dump: dict | None = None) -> Finding:
         title = f"{ranks_text(culprits).capitalize()} {WORDS.get(kind, kind)}" + \
             (f" in {where}" if pg else (f" ({op})" if op else ""))
     else:
-        title = _no_culprit_title(kind, str(d.get("cause") or ""), waiting) or f"Collectives timed out in {where}"
+        title = _no_culprit_title(kind, str(d.get("cause") or ""), waiting) or (
+            f"Collectives timed out in {where}" if pg else
+            f"{ranks_text(waiting).capitalize() if waiting else 'Ranks'} timed out in {where}; the inputs do not "
+            "name the rank they waited for")
     ev = []
     if d.get("cause"):
         ev.append(Evidence(str(d["cause"])))
