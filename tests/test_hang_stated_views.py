@@ -85,3 +85,18 @@ def test_a_launcher_signal_with_no_failure_is_a_stop_from_outside():
             "torch.distributed.elastic.multiprocessing.api.SignalException: Process 30765 got signal: 15\n")
     d = analyze_hang(stderr_logs=[_log(text)], world_size=2).diagnoses
     assert [(x.kind, x.culprit_ranks) for x in d] == [("stopped_externally", [])]
+
+
+def test_a_hang_stopped_from_outside_keeps_the_hang_as_its_root(tmp_path):
+    """The dumps show rank 1 missing from the collective ranks 0 and 2 wait in; then the scheduler stopped it."""
+    from tests.test_hang_fr_semantics import cfg, ent, status, write
+    from parsers.flight_recorder import load_dump
+    c = cfg(**{"0": ("default_pg", range(3))})
+    dumps = []
+    for r, n in ((0, 3), (1, 2), (2, 3)):
+        es = [ent(i, i, "0", "default_pg", i + 1, ins=((4,),)) for i in range(n)]
+        dumps.append(load_dump(write(tmp_path, r, es, c, {"0": status(n, n - 1)})))
+    text = ("W1206 04:27:34.185000 30765 torch/distributed/elastic/agent/server/api.py:753] Received 15 death "
+            "signal, shutting down workers\n")
+    d = analyze_hang(dumps, stderr_logs=[_log(text)], world_size=3).diagnoses
+    assert d[0].culprit_ranks == [1] and d[-1].kind == "stopped_externally" and d[-1].confidence == 0.5

@@ -133,5 +133,11 @@ def apply(diags: list[HangDiagnosis], inp: HangInputs, facts: StderrFacts, logs:
     x = stopped(inp, facts, logs)
     if x is None:
         return diags
+    if any(d.source != "stderr" and d.culprit_ranks and d.confidence >= 0.5 and not d.tie for d in diags):
+        # the dumps show ranks waiting on a culprit: the job hung first and was stopped later; the hang stays
+        # the root, the stop is what ended it
+        x.cause = x.cause.replace("the job was stopped from outside:", "the hung job was then stopped from outside:")
+        x.confidence = 0.5
+        return diags + [x]
     keep = [d for d in diags if d.kind not in ("crashed_rank", "lagging_rank", "missing_rank", "watchdog_timeout")]
     return [x] + keep
