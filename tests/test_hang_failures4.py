@@ -27,14 +27,14 @@ EXPECTED = {
     "detail_allreduce_shape_rank0": ("mismatched_size", [0], False),
     "detail_allreduce_shape_rank3": ("mismatched_size", [3], False),
     "detail_broadcast_vs_allreduce_rank1": ("mismatched_op", [1], False),
-    "eval_subgroup_skip_allreduce_undefined": ("order_inversion", [1], False),
+    "eval_subgroup_skip_allreduce_undefined": ("skipped_collective", [1], False),
     "healthy_logged_exception": None,
     "healthy_missing_checkpoint_traceback": None,
     "healthy_tee_caught_traceback": None,
     "scheduler_sigterm_all_ranks": ("stopped_externally", [], False),
     "sigkill_then_exception": ("crashed_rank", [2], False),
-    "stale_eval_list_skip_with_desc": ("order_inversion", [5], False),
-    "subgroup_skip_barrier_undefined": ("order_inversion", [2], False),
+    "stale_eval_list_skip_with_desc": ("skipped_collective", [5], False),  # order_inversion when scored
+    "subgroup_skip_barrier_undefined": ("skipped_collective", [2], False),
     "three_crashes_staggered": ("crashed_rank", [4], False),
     "timeout_command_stops_training": ("stopped_externally", [], False),
     "tp_pairs_dp3_long_seq": ("mismatched_size", [4], False),
@@ -44,11 +44,6 @@ EXPECTED = {
 REASON = {
     "a2a_wrong_split_world3": "gloo aborted receiver 1 in an all_to_all whose splits differ by design: nothing "
                               "recorded shows whose split was wrong (FR keeps no splits), so a tie below 0.5",
-    "eval_subgroup_skip_allreduce_undefined": "the dumps show rank 1 in the world group's next call while rank 0 "
-                                              "waits for it in the sub-group: a skip and an order inversion look "
-                                              "the same; the culprit is named",
-    "stale_eval_list_skip_with_desc": "as above, in a described group",
-    "subgroup_skip_barrier_undefined": "as above, with a barrier",
 }
 
 
@@ -75,7 +70,7 @@ def test_first_finding(case: Path) -> None:
     assert (top.kind, top.culprit_ranks, top.tie) == (kind, ranks, tie)
     assert hang_user_path.score(case) in ("right", "tie")
     if case.name not in REASON and exp["faults"]:
-        assert top.culprit_ranks == sorted(exp["faults"][0]["ranks"])
+        assert top.culprit_ranks == sorted(exp["faults"][0]["ranks"]) and top.kind == exp["faults"][0]["kind"]
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda p: p.name)
