@@ -104,10 +104,8 @@ def test_chain_points_at_root_group(tmp_path: Path) -> None:
                 3: inter + [("1", 7, "all_gather", 16, "f32")]}
     rep = analyze_hang(load_all(write_dumps(tmp_path, per_rank, pg_config=cfg)), world_size=4)
     # rank 2 entered default_pg seq 10 where its history (tp after default_pg) says tp seq 7 comes next; rank 3
-    # waits for it there, and rank 2 waits for rank 3 in default_pg: a cross-group deadlock with rank 2 out of order.
-    # tp's members are a subset of default_pg's and rank 2 went on past where tp's call was due: it skipped tp's
-    # seq 7 (issue 30: a sub-group's skipped collective reads as one, matched by the groups' members)
-    assert first(rep) == ("skipped_collective", "1", 7, [2])
+    # waits for it there, and rank 2 waits for rank 3 in default_pg: a cross-group deadlock with rank 2 out of order
+    assert first(rep) == ("order_inversion", "1", 7, [2])
     d = rep.diagnoses[0]
     # only tp's members are said to wait in tp; 0 and 1 wait in default_pg, listed under explains
     assert d.pg_desc == "tp" and d.waiting_ranks == [3] and not d.tie and len(rep.diagnoses) == 1

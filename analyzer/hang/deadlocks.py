@@ -75,7 +75,7 @@ def _as_skip(inp: HangInputs, st: RankStates, d: HangDiagnosis, x: int) -> None:
         return max(between), sum(1 for g in groups[subs[-1] + 1:] if g == big.key)
 
     mine = pattern(x)
-    if mine is None or mine[1] <= mine[0]:
+    if mine is None or mine[1] <= mine[0] or not _next_after_sub(inp, x, sub.key, b):
         return
     for r in d.waiting_ranks or [w for w in sub.members if w != x]:  # the others kept the pattern
         theirs = pattern(r)
@@ -87,6 +87,17 @@ def _as_skip(inp: HangInputs, st: RankStates, d: HangDiagnosis, x: int) -> None:
                 f"{max(between)} call(s) of group {big.key} before each of group {sub.key}'s, and it issued {since} "
                 f"since its last one (the sub-group's members are a subset of group {big.key}'s: it went on without "
                 "them). An order inversion at the end of a step would leave the same dumps")
+
+
+def _next_after_sub(inp: HangInputs, x: int, sub: str, b) -> bool:
+    """The call the culprit is blocked in is one its own history issues right after a call of the sub-group (same
+    group, op and call site): it did what comes after the sub-group's call, i.e. left that call out. A rank that
+    called something of a later phase early (an order inversion inside the step) is blocked elsewhere."""
+    c = inp.calls[(inp.calls["rank"] == x) & (inp.calls["kind"] == "coll")].sort_values("order")
+    rows = list(zip([str(g) for g in c["group"]], [str(o) for o in c["op"]], [str(f) for f in c["frame"]]))
+    mine = (str(b.group), str(b.op), str(b.row.get("frame", "")))
+    after = {rows[i + 1] for i in range(len(rows) - 1) if rows[i][0] == sub}
+    return mine in after
 
 
 def order_outlier(inp: HangInputs, st: RankStates, comp: list[int]) -> tuple[list[int], bool]:
