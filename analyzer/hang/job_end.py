@@ -114,8 +114,12 @@ def stopped(inp: HangInputs, facts: StderrFacts, logs: list) -> HangDiagnosis | 
     ev = [(p, ln, t) for p, ln, t in signals[:2]]
     for r in termed[:4]:
         ev.extend(e for e in ranks[r].evidence[:1] if e not in ev)
+    if not where:  # no dump: nothing shows the ranks progressing, only that none failed or timed out
+        cause += ("; no Flight Recorder dump shows where the ranks stood, so a rank stuck outside collectives "
+                  "until the stop cannot be ruled out")
     return HangDiagnosis(kind=KIND, process_group="", pg_desc="", seq=None, op="", culprit_ranks=[],
-                         waiting_ranks=[], cause=cause, confidence=0.9, source="stderr", evidence=ev[:6], fix=FIX)
+                         waiting_ranks=[], cause=cause, confidence=0.9 if where else 0.6, source="stderr",
+                         evidence=ev[:6], fix=FIX)
 
 
 def _behind(inp: HangInputs) -> list[str]:
