@@ -1,6 +1,8 @@
 """Find input files under the given paths and classify each by its content, not only by its name."""
 from __future__ import annotations
 
+import re
+
 import os
 import zlib
 from dataclasses import dataclass
@@ -71,6 +73,12 @@ def read_head(path: Path, n: int = _HEAD_BYTES) -> bytes:
     return blob
 
 
+#: a file that holds one rank's output by its place or name (torchrun --log-dir's attempt_N/R/stderr.log, rank3.log):
+#: a bare Python traceback there is that rank's, with no launcher or torch line around it
+_RANK_FILE = re.compile(r"attempt_\d{1,6}[/\\]\d{1,7}[/\\](?:stderr|stdout)\.log$|(?:^|[/\\_.-])rank[_.-]?\d{1,7}[^/\\]*$",
+                        re.I)
+
+
 def classify(path: Path) -> InputFile:
     """Classify one file as kineto / nccl_log / nccl_ras / flight_recorder / stderr / unknown by sniffing its head."""
     special = not_regular_reason(path)
@@ -116,7 +124,7 @@ def classify(path: Path) -> InputFile:
         return InputFile(str(path), UNKNOWN, shape.reason())
     if looks_like_stderr(head, path):
         shape = _shape(path, head)
-        if shape.is_log:
+        if shape.is_log or (shape.only_tracebacks and (_RANK_FILE.search(str(path)) or _ends_in_traceback(path))):
             return InputFile(str(path), STDERR, "text with Python tracebacks / torchrun / c10d / gloo / CUDA lines")
         return InputFile(str(path), UNKNOWN, shape.reason())
     if head.startswith(b"\x80") and len(head) > 1 and head[1] in range(2, 6):
@@ -151,6 +159,42 @@ def _shape(path: Path, head: bytes) -> LogShape:
     except (OSError, InputError):
         return shape
     return judge(tail[tail.find(b"\n") + 1:] if size > SNIFF_TAIL else tail)
+
+
+def _tail_text(path: Path, n: int = SNIFF_TAIL, limit: int = 64 << 20) -> bytes:
+    """The last ``n`` bytes of a file's text (a gzip is inflated as a stream, at most ``limit`` bytes)."""
+    with open_input(path) as fh:
+        if fh.read(2) != b"\x1f\x8b":
+            size = fh.seek(0, 2)
+            fh.seek(max(0, size - n))
+            return fh.read(n)
+        fh.seek(0)
+        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        keep, seen = b"", 0
+        while seen < limit and (block := fh.read(1 << 20)):
+            try:
+                out = d.decompress(block)
+            except zlib.error:
+                break
+            seen += len(out)
+            keep = (keep + out)[-n:]
+        return keep
+
+
+def _ends_in_traceback(path: Path) -> bool:
+    """The text ends with a Python traceback (at most two lines after its exception line): the process that wrote
+    it died of that exception. A test runner's or a tool's log that prints tracebacks and goes on is not a rank's
+    log; a bare traceback someone kept from a failed rank is."""
+    try:
+        lines = [ln.rstrip() for ln in _tail_text(path).decode("utf-8", "replace").splitlines() if ln.strip()]
+    except (OSError, InputError):
+        return False
+    heads = [i for i, ln in enumerate(lines) if ln.lstrip().startswith("Traceback (most recent call last)")]
+    if not heads:
+        return False
+    after = lines[heads[-1] + 1:]
+    exc = next((i for i, ln in enumerate(after) if not ln[:1].isspace()), None)
+    return exc is not None and len(after) - exc - 1 <= 2
 
 
 def _binary_share(block: bytes) -> float:

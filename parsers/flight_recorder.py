@@ -354,9 +354,18 @@ def looks_like_fr_dump(head: bytes) -> bool:
         head = head[len(_BOM):]
     s = head.lstrip()[:1]
     if s == b"{":  # a dump of an empty buffer has no "entries" key at all: pg_config + pg_status identify it
+        first = _FIRST_KEY.match(head.lstrip())
+        if first is None or first.group(1) not in _TOP_KEYS:
+            return False  # another program's JSON that mentions "entries" and "version" (a docs index, a package)
         return (b'"entries"' in head and (b'"version"' in head or b'"pg_config"' in head)) or \
             (b'"pg_config"' in head and b'"pg_status"' in head)
     return False
+
+
+#: the top-level keys of a Flight Recorder JSON dump (torch/csrc/distributed/c10d/FlightRecorder*.cpp): a JSON
+#: dump's first key is one of them
+_TOP_KEYS = {b"version", b"comm_lib_version", b"nccl_version", b"pg_config", b"pg_status", b"entries"}
+_FIRST_KEY = re.compile(rb'\{\s{0,64}"([A-Za-z_]{1,40})"\s{0,16}:')
 
 
 def _decode(path: str, data: bytes, warnings: list[str]) -> tuple[Any, str]:

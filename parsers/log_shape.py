@@ -63,6 +63,7 @@ _LOG_START = re.compile(
 #: printed (`rank 0: collective failed: RuntimeError: [/…/gloo/transport/tcp/unbound_buffer.cc:129] Timed out …`)
 _EMBEDDED = re.compile(r"[A-Za-z0-9_](?:Error|Exception): \S|nccl[A-Z]\w{2,40}: |\w\.(?:cc|cpp|hpp|cu|cuh|h):\d{1,7}\b")
 _FRAME = re.compile(r"\s{1,12}File \"[^\"]{1,4096}\", line \d{1,9}")
+_TORCH_FILE = re.compile(r"[/\\]torch[/\\]")
 
 
 @dataclass
@@ -75,6 +76,8 @@ class LogShape:
     code: int = 0      # lines of the text that look like source code
     lines: int = 0
     source: bool = False  # enough code lines that strings, docstrings and comments are told apart
+    bare_tb: int = 0   # log-shaped marker lines that are only a bare `Traceback (most recent call last):` header
+    torch_frame: bool = False  # a traceback frame in torch's own code (a process of a PyTorch job)
 
     @property
     def markers(self) -> int:
@@ -82,11 +85,21 @@ class LogShape:
 
     @property
     def is_log(self) -> bool:
-        """At least one log-shaped marker line, and not outnumbered by quotations and prose."""
-        return self.log > 0 and self.log >= self.quoted + self.prose
+        """At least one log-shaped marker line, not outnumbered by quotations and prose, and something that makes
+        it a rank's log: a marker other than a bare traceback header (a launcher or rank prefix, c10d, gloo, NCCL,
+        CUDA) or a frame in torch's code. A test runner's output with a Python traceback is not a rank's log."""
+        return self.log > 0 and self.log >= self.quoted + self.prose and (self.log > self.bare_tb or
+                                                                           self.torch_frame)
+
+    @property
+    def only_tracebacks(self) -> bool:
+        return self.log > 0 and self.log <= self.bare_tb and not self.torch_frame
 
     def reason(self) -> str:
         """Why a text with markers is not a log (for the skipped-files list)."""
+        if self.only_tracebacks and self.log >= self.quoted + self.prose:
+            return ("text with Python tracebacks but no launcher, rank, torch, c10d or NCCL line: not a rank's "
+                    "log")
         what = "source code" if self.source else "prose, documentation or configuration"
         return (f"text that quotes log lines ({what}: {self.quoted} quoted, {self.prose} in sentences, "
                 f"{self.log} shaped like a log line), not a log")
@@ -135,6 +148,8 @@ def judge(head: bytes | str) -> LogShape:
             repl = True  # an interactive session (doctest, IPython): what follows it is its quoted output
         elif not stripped:
             repl = False
+        if tb and not out.torch_frame and _FRAME.match(ln) and _TORCH_FILE.search(ln):
+            out.torch_frame = True
         m = MARKER.search(ln)
         if m is None:
             tb = max(0, tb - 1) if ln.strip() else tb
@@ -163,6 +178,8 @@ def judge(head: bytes | str) -> LogShape:
             out.log += 1
             if body_s.startswith("Traceback (most recent call last)"):
                 tb = 200
+                if len(body) == len(ln) and m.group(0).startswith("Traceback"):
+                    out.bare_tb += 1
         else:
             out.prose += 1
         if out.log >= ENOUGH and not out.quoted and not out.prose:

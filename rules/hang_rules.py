@@ -13,7 +13,8 @@ MISMATCH_KINDS = ("mismatched_op", "order_mismatch", "extra_collective", "skippe
                   "mismatched_size", "mismatched_dtype")
 ABSENT_KINDS = ("missing_rank", "lagging_rank", "crashed_rank")
 DEADLOCK_KINDS = ("order_inversion", "deadlock", "stuck_p2p", "p2p_mismatch")
-ROOT_KINDS = MISMATCH_KINDS + ABSENT_KINDS + DEADLOCK_KINDS + ("nccl_error", "device_stalled", "rendezvous_failure")
+ROOT_KINDS = MISMATCH_KINDS + ABSENT_KINDS + DEADLOCK_KINDS + ("nccl_error", "device_stalled", "rendezvous_failure",
+                                                               "stopped_externally")
 HANG_CONSEQUENCES = ("HANG", "NCCL001", "INPUT003")
 WORDS = {
     "mismatched_op": "called a different collective", "order_mismatch": "issued collectives in a different order",
@@ -36,6 +37,8 @@ def _no_culprit_title(kind: str, cause: str, waiting: list[int]) -> str:
         return f"{what} on a rank the inputs do not name"
     if kind == "rendezvous_failure":
         return "The job could not form (rendezvous failed)"
+    if kind == "stopped_externally":
+        return "The job was stopped from outside (no rank failed)"
     if kind == "crashed_rank":
         if "stopped from outside" in cause:
             return "The job was stopped from outside (the launcher received a signal)"
@@ -60,7 +63,7 @@ def _diag_finding(d: dict, ctx_no_dump: dict | None = None) -> Finding:
         where = f"process group {pg}{desc}" + (f", collective #{seq}" if seq is not None else "") + \
             (f" ({op})" if op else "")
     else:  # a post-mortem from stderr alone: no group or sequence number is known
-        where = f"a {op}" if op else "a collective"
+        where = (f"{'an' if op[:1].lower() in 'aeiou' else 'a'} {op}") if op else "a collective"
     tie = bool(d.get("tie"))
     if tie and len(culprits) > 1:
         title = (f"{ranks_text(culprits).capitalize()} disagree ({TIE_WORDS.get(kind, kind.replace('_', ' '))}) in "
@@ -69,15 +72,20 @@ def _diag_finding(d: dict, ctx_no_dump: dict | None = None) -> Finding:
         title = f"{ranks_text(culprits).capitalize()} {WORDS.get(kind, kind)}" + \
             (f" in {where}" if pg else (f" ({op})" if op else ""))
     else:
-        title = _no_culprit_title(kind, str(d.get("cause") or ""), waiting) or f"Collectives timed out in {where}"
+        title = _no_culprit_title(kind, str(d.get("cause") or ""), waiting) or (
+            f"Collectives timed out in {where}" if pg else
+            f"{ranks_text(waiting).capitalize() if waiting else 'Ranks'} timed out in {where}; the inputs do not "
+            "name the rank they waited for")
     ev = []
     if d.get("cause"):
         ev.append(Evidence(str(d["cause"])))
     for r, why in sorted((ctx_no_dump or {}).items(), key=lambda kv: int(kv[0])):
         if int(r) in culprits and why.split(": ", 1)[-1][:60] not in str(d.get("cause") or ""):
             ev.append(Evidence(f"rank {r} has no Flight Recorder dump: {why}"))
-    if waiting:
+    if waiting:  # where the job stopped (a hang has no share of step time to give)
         ev.append(Evidence(f"{ranks_text(waiting)} wait in {where}"))
+    elif (stood := _stopped_at(pg, desc, seq, op, culprits)):
+        ev.append(Evidence(stood))
     for key, label in (("ops", "op"), ("sizes", "elements"), ("dtypes", "dtype")):
         vals = d.get(key) or {}
         if isinstance(vals, dict) and len(set(map(str, vals.values()))) > 1:
@@ -98,10 +106,11 @@ def _diag_finding(d: dict, ctx_no_dump: dict | None = None) -> Finding:
         conf = 0.9 if kind in MISMATCH_KINDS else 0.7
     if tie:
         conf = min(float(conf), 0.45)
+    # a hang has no share of step time: no step completes after it; the evidence says where the job stopped
     f = Finding(title=title, confidence=float(conf), evidence=ev,
                 subject=Subject(ranks=culprits, process_group=pg,
                                 collective={"op": op, "seq": None if seq is None else int(seq)}),
-                cost=None if blocked else 1.0, fix=str(d.get("fix") or ""),
+                cost=None, fix=str(d.get("fix") or ""),
                 involved=set(culprits) | set(waiting), anchor=f"{pg}:{seq}", caused_by=blocked,
                 extra={"kind": kind})
     if blocked:
@@ -118,6 +127,14 @@ def _diag_finding(d: dict, ctx_no_dump: dict | None = None) -> Finding:
             "evidence": []})
         f.involved |= {int(r) for r in x.get("waiting") or []}
     return f
+
+
+def _stopped_at(pg: str | None, desc: str, seq, op, culprits: list[int]) -> str:
+    """'the job stopped at process group 2 (TP), collective #7 (all_reduce), at rank 3' (no rank waits there)."""
+    if not pg or seq is None:
+        return ""
+    return (f"the job stopped at process group {pg}{desc}, collective #{seq}" + (f" ({op})" if op else "")
+            + (f", at {ranks_text(culprits)}" if culprits else ""))
 
 
 def _diags(ctx: Context, kinds: tuple[str, ...]) -> Iterator[Finding]:
@@ -280,3 +297,18 @@ def rendezvous_failure(ctx: Context) -> Iterator[Finding]:
     dump or trace exists; without this rule such a run would read as 'no input'.
     """
     yield from _diags(ctx, ("rendezvous_failure",))
+
+
+@rule("HANG008", "The job was stopped from outside (no rank failed)", "warning",
+      confirm="torchrun's log shows the launcher itself receiving a signal (SignalException: Process N got signal: "
+              "15), or every rank ended by SIGTERM, with no rank's own error and no timeout before it; the Flight "
+              "Recorder dumps show every rank of a group at the same (or the next) collective.",
+      fix="Nothing in the job failed: it was ended by a time limit, preemption or a cancel. Resume from the last "
+          "checkpoint; ask for more time or checkpoint more often if a time limit ended it.")
+def stopped_externally(ctx: Context) -> Iterator[Finding]:
+    """A scheduler's time limit, `timeout`, preemption or a user's cancel ended a job whose ranks were progressing.
+
+    No rank is at fault, so the finding names none: it says where every rank stood (its last sequence number per
+    process group), which a restart resumes from (analyzer/hang/job_end.py).
+    """
+    yield from _diags(ctx, ("stopped_externally",))

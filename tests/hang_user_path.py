@@ -18,7 +18,8 @@ from typing import Any
 import analyzer
 
 ROOT = Path(__file__).resolve().parent.parent / "fixtures"
-BEDS = ("real-cpu-failures", "real-cpu-failures-2", "real-cpu-failures-3", "real-cpu-hang", "corpus/nvrx-fr-moe16")
+BEDS = ("real-cpu-failures", "real-cpu-failures-2", "real-cpu-failures-3", "real-cpu-failures-4", "real-cpu-hang",
+        "corpus/nvrx-fr-moe16")
 BEGIN, END = "<!-- user-path table: begin -->", "<!-- user-path table: end -->"
 
 
@@ -86,7 +87,7 @@ def blames_healthy(u: UserPath) -> list[tuple]:
 def shows_failure(exp: dict) -> bool:
     """The job crashed, hung or never formed: its inputs show it (a job that finished with wrong results, e.g. a
     different reduce op on one rank, leaves nothing that says so)."""
-    return exp.get("job_outcome") not in ("finished_ok", "finished_wrong_results") and bool(exp.get("faults"))
+    return exp.get("job_outcome") not in ("finished_ok", "finished", "finished_wrong_results") and bool(exp.get("faults"))
 
 
 def score(case: Path) -> str:
@@ -99,6 +100,9 @@ def score(case: Path) -> str:
         return "OK"
     faults = u.exp.get("faults") or []
     top = u.top
+    if u.exp.get("job_outcome") == "stopped_externally":  # its own kind, naming no rank
+        named = [d for d in u.diagnoses if d.culprit_ranks and d.confidence >= 0.5]
+        return "right" if top is not None and top.kind == "stopped_externally" and not named else "wrong"
     if not faults:
         return "right" if not [d for d in u.diagnoses if d.confidence >= 0.5] else "wrong"
     if top is None:
@@ -138,7 +142,8 @@ def _truth(exp: dict) -> str:
 
 def held_out(case: Path) -> bool:
     """A case of the newest bed kept out of tuning (its expected.json says so)."""
-    return case.parent.name == "real-cpu-failures-3" and bool(analysed_truth(case).get("held_out"))
+    return case.parent.name in ("real-cpu-failures-3", "real-cpu-failures-4") and \
+        bool(analysed_truth(case).get("held_out"))
 
 
 def analysed_truth(case: Path) -> dict:

@@ -63,6 +63,7 @@ def test_traces_logs_and_dumps_are_not_claimed():
     # the failure test beds (their own integrity test: test_failure_fixtures.py) holds real torchrun logs, torchrun's
     # per-rank stderr files and fr_trace's saved output, whose crash tracebacks are claimed as stderr too
     bed = [p for p in outside if p.startswith(("real-cpu-failures/", "real-cpu-failures-2/", "real-cpu-failures-3/",
+                                               "real-cpu-failures-4/",
                                                "world-size/"))]
     assert all(p.endswith(("/torchrun.log", "/stderr.log", "/fr_trace_output.md",
                            "/fr_trace_output_with_pg_config.md")) for p in bed), bed

@@ -12,7 +12,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from analyzer.hang import log_failures, matching, named_ranks, nccl_errors, ras, verdict, waits
+from analyzer.hang import job_end, log_failures, matching, named_ranks, nccl_errors, ras, verdict, waits
 from analyzer.hang.diagnosis import KIND_ALIASES, HangDiagnosis, HangReport  # noqa: F401  (public names)
 from analyzer.hang.inputs import HangInputs, gather
 from analyzer.hang.stderr_facts import add_log_errors, stderr_facts
@@ -97,7 +97,9 @@ def analyze_hang(dumps: Iterable[Any] = (), logs: Iterable[Any] = (), world_size
     diags, no_dump = verdict.build(inp, st, edges, divs, facts, lates)
     member_lists = [(str(g.key), sorted(g.members)) for g in inp.groups.values() if g.members]
     diags = nccl_errors.apply(named_ranks.apply(diags, stderr_logs, member_lists), stderr_logs)  # stderr that names it outright
+    diags = named_ranks.apply_stated_views(diags, stderr_logs, set(inp.world))  # DDP's model check: the odd rank
     diags = log_failures.apply(diags, stderr_logs)  # a log that shows a failure never reads as OK
+    diags = job_end.apply(diags, inp, facts, stderr_logs)  # a job that finished, or was stopped from outside
     quoted = {e[0] for d in diags for e in d.evidence}
     for d in diags:
         if d.kind in ("crashed_rank", "lagging_rank", "missing_rank", "nccl_error", "device_stalled"):

@@ -37,6 +37,8 @@ def cycle_diag(inp: HangInputs, st: RankStates, edges: Table, comp: list[int]) -
                           cause=("deadlock across process groups " + ", ".join(groups) + ": " + where
                                  + ("" if tie else f"; {ranks_text(culprits)} entered the groups in a different order "
                                                    "than their own history (and the other ranks) say")))
+        if not tie and len(culprits) == 1:
+            _as_skip(inp, st, d, culprits[0])
     else:
         b = st.blocked[comp[0]]
         d = HangDiagnosis(kind="deadlock", process_group=b.group, pg_desc=group_desc(inp, b.group), seq=b.seq, op=b.op,
@@ -48,6 +50,54 @@ def cycle_diag(inp: HangInputs, st: RankStates, edges: Table, comp: list[int]) -
             d.evidence.append((str(row["file"]), None, str(row["text"]) + (f" at {row['frame']}" if row["frame"] else "")))
     return d
 
+
+
+def _as_skip(inp: HangInputs, st: RankStates, d: HangDiagnosis, x: int) -> None:
+    """A sub-group's collective the culprit left out: the others wait for it in a group whose members are a strict
+    subset of the group the culprit went on into, and the culprit issued more calls there since its last call of
+    the sub-group than its own history puts between two of them (it went past the point where the sub-group's call
+    was due: an eval or checkpoint group skipped on a stale list of ranks). Matched by the groups' members, never by
+    their descriptions ('undefined' for every new_group made without one). An order inversion at the end of a step
+    leaves the same dumps; the skip is the common cause, and the cause says both."""
+    b = st.blocked.get(x)
+    sub, big = inp.groups.get(d.process_group), inp.groups.get(b.group) if b is not None else None
+    if sub is None or big is None or not sub.members or not big.members or not set(sub.members) < set(big.members):
+        return
+    def pattern(r: int) -> tuple[int, int] | None:
+        """(most calls of the big group before one of the sub-group's in r's history, calls of it since r's last
+        sub-group call); the first segment holds any set-up calls too, so it can only make the bound larger."""
+        c = inp.calls[(inp.calls["rank"] == r) & (inp.calls["kind"] == "coll")].sort_values("order")
+        groups = [str(g) for g in c["group"]]
+        subs = [i for i, g in enumerate(groups) if g == sub.key]
+        if not subs:
+            return None
+        between = [sum(1 for g in groups[i + 1:j] if g == big.key) for i, j in zip([-1] + subs, subs)]
+        return max(between), sum(1 for g in groups[subs[-1] + 1:] if g == big.key)
+
+    mine = pattern(x)
+    if mine is None or mine[1] <= mine[0] or not _next_after_sub(inp, x, sub.key, b):
+        return
+    for r in d.waiting_ranks or [w for w in sub.members if w != x]:  # the others kept the pattern
+        theirs = pattern(r)
+        if theirs is None or theirs[1] > theirs[0]:
+            return
+    between, since = [mine[0]], mine[1]
+    d.kind = "skipped_collective"
+    d.cause += (f"; rank {x} left out group {sub.key}'s #{d.seq} ({d.op}): its own history puts at most "
+                f"{max(between)} call(s) of group {big.key} before each of group {sub.key}'s, and it issued {since} "
+                f"since its last one (the sub-group's members are a subset of group {big.key}'s: it went on without "
+                "them). An order inversion at the end of a step would leave the same dumps")
+
+
+def _next_after_sub(inp: HangInputs, x: int, sub: str, b) -> bool:
+    """The call the culprit is blocked in is one its own history issues right after a call of the sub-group (same
+    group, op and call site): it did what comes after the sub-group's call, i.e. left that call out. A rank that
+    called something of a later phase early (an order inversion inside the step) is blocked elsewhere."""
+    c = inp.calls[(inp.calls["rank"] == x) & (inp.calls["kind"] == "coll")].sort_values("order")
+    rows = list(zip([str(g) for g in c["group"]], [str(o) for o in c["op"]], [str(f) for f in c["frame"]]))
+    mine = (str(b.group), str(b.op), str(b.row.get("frame", "")))
+    after = {rows[i + 1] for i in range(len(rows) - 1) if rows[i][0] == sub}
+    return mine in after
 
 
 def order_outlier(inp: HangInputs, st: RankStates, comp: list[int]) -> tuple[list[int], bool]:

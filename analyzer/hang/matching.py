@@ -164,7 +164,7 @@ def _break_by_siblings(inp: HangInputs, d: Divergence, sigs: dict[int, tuple], c
     members) run the same program, so the call they agree on at this seq is what this group should have issued.
     """
     g = inp.groups[d.group]
-    if not g.desc or not g.members:
+    if not g.desc or g.desc == "undefined" or not g.members:  # 'undefined': new_group without a description
         return False
     votes: Counter = Counter()
     for key, o in inp.groups.items():

@@ -15,9 +15,12 @@ the named ranks are then translated through the one group (from the dumps' group
 the reporter at that index. With no such group, no rank is named above 0.5 (`group_ranks`).
 
 `apply(diags, logs, groups)` merges the finding into the verdict's ranked list (analyzer/hang/analysis.py calls it).
+`apply_stated_views` does the same for DDP's model verification, where every rank states its own view and the
+majority names the odd rank (below).
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from parsers.table import Table
@@ -171,4 +174,141 @@ def apply(diags: list[HangDiagnosis], logs: list,
             out.append(d)
     if not merged:
         out.insert(0 if not out or out[0].confidence < CONFIDENCE else 1, mine)
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Statements in which each rank compares itself with another: DDP's model verification
+# ----------------------------------------------------------------------------------------------------------------
+#
+# DistributedDataParallel's constructor verifies the model across the ranks (torch/csrc/distributed/c10d/
+# reducer.cpp, verify_params_across_processes) before any training collective:
+# - the parameter count, all-gathered: EVERY rank raises, each naming itself and the first rank that differs from it
+#   ("DDP expects same model across all ranks, but Rank 0 has 4 params, while rank 1 has inconsistent 6 params.");
+#   each statement gives two ranks' counts, and the count most ranks have is the model; the others are odd;
+# - the shapes (and strides), against process 0's broadcast: only a rank whose parameter differs from rank 0's
+#   raises ("[2]: params[0] in this process with sizes [17, 8] appears not to match sizes of the same param in
+#   process 0."). The ranks that did not raise passed the check (they agree with rank 0); when more ranks raise
+#   than agree with rank 0, rank 0 is the odd one.
+# Every rank that raised did so because of the check: those exceptions are effects of the odd rank's model.
+
+_DDP_COUNT = re.compile(r"DDP expects same model across all ranks, but Rank (\d{1,7}) has (\d{1,9}) params?, "
+                        r"while rank (\d{1,7}) has inconsistent (\d{1,9}) params?")
+_DDP_SHAPE = re.compile(r"(?:\[(\d{1,7})\]: )?params\[(\d{1,9})\] in this process with (sizes|strides) "
+                        r"(\[[\d, ]{0,200}\]) appears not to match \3 of the same param in process 0")
+
+
+@dataclass
+class ModelCheck:
+    """What DDP's model verification says, and the odd rank(s) by majority."""
+
+    odd: list[int]
+    speakers: list[int]                      # ranks that raised the check's error
+    values: dict[int, str]                   # each rank's count or 'differs from rank 0' view
+    what: str                                # 'parameter count' | 'parameter sizes' | 'parameter strides'
+    tie: bool
+    evidence: list[tuple[str, int | None, str]] = field(default_factory=list)
+
+
+def _statements(logs: list) -> list[tuple[str, int, int, str]]:
+    """(file, line, rank, message) of every exception line in the logs (tracebacks and torchrun's error files)."""
+    out = []
+    for log in logs:
+        path = str(getattr(log, "path", ""))
+        for name in ("tracebacks", "failures"):
+            df = getattr(log, name, None)
+            if df is None or not len(df) or "message" not in df.columns:
+                continue
+            lines = df["end_line"] if "end_line" in df.columns else df["line"]
+            for r, ln, msg in zip(df["rank"], lines, df["message"]):
+                if msg and ("DDP expects" in str(msg) or "appears not to match" in str(msg)):
+                    out.append((path, int(ln) if int(ln) > 0 else None, int(r), str(msg)))
+    return out
+
+
+def model_check(logs: list, world: set[int]) -> ModelCheck | None:
+    """The odd rank(s) of DDP's model verification, or None when no rank printed it."""
+    counts: dict[int, str] = {}
+    own: dict[int, str] = {}
+    shape_speakers: dict[int, tuple] = {}
+    ev: list[tuple[str, int | None, str]] = []
+    seen: set[str] = set()
+    for path, ln, r, msg in _statements(logs):
+        if (m := _DDP_COUNT.search(msg)) is not None:
+            me, n, other, k = int(m.group(1)), m.group(2), int(m.group(3)), m.group(4)
+            own[me] = n
+            counts.setdefault(other, k)
+        elif (m := _DDP_SHAPE.search(msg)) is not None:
+            me = int(m.group(1)) if m.group(1) is not None else r
+            if me < 0:
+                continue
+            shape_speakers.setdefault(me, (m.group(3), m.group(2), m.group(4)))
+        else:
+            continue
+        if m.group(0) not in seen:
+            seen.add(m.group(0))
+            ev.append((path, ln, m.group(0)[:300]))
+    if own:
+        values = {**counts, **own}  # a rank's own statement of its count beats another's report of it
+        from analyzer.hang.matching import majority
+        _, odd, tie = majority(values)
+        if not odd and not tie:
+            return None
+        return ModelCheck(odd=odd, speakers=sorted(own), values=values, what="parameter count", tie=tie,
+                          evidence=ev)
+    if shape_speakers:
+        speakers = sorted(shape_speakers)
+        agree = sorted((set(world) | {0}) - set(speakers))  # passed the check: rank 0's model
+        what = f"parameter {next(iter(shape_speakers.values()))[0]}"
+        values = {r: "rank 0's" for r in agree} | {r: "not rank 0's" for r in speakers}
+        if len(speakers) < len(agree):
+            odd, tie = speakers, False
+        elif len(speakers) > len(agree):
+            odd, tie = agree, False
+        else:
+            odd, tie = sorted(values), True
+        return ModelCheck(odd=odd, speakers=speakers, values=values, what=what, tie=tie, evidence=ev)
+    return None
+
+
+def model_check_diagnosis(mc: ModelCheck) -> HangDiagnosis:
+    """A mismatched_size diagnosis (the model differs) naming the odd rank(s)."""
+    if mc.what == "parameter count":
+        views = ", ".join(f"rank {r}: {v}" for r, v in sorted(mc.values.items()))
+        said = (f"DDP's model check (every rank compares its parameter count with the others' and raises) gives "
+                f"the counts {views}")
+    else:
+        said = (f"DDP's model check compares every parameter's {mc.what.split()[-1]} with process 0's: "
+                f"{ranks_text(mc.speakers)} raised that theirs differ from rank 0's, the others passed")
+    if mc.tie:
+        cause = (f"{said}; as many ranks agree with one model as with the other, so which side is wrong is not "
+                 "known (a tie)")
+    else:
+        cause = (f"{said}: {ranks_text(mc.odd)} built a different model from the majority (a rank-dependent "
+                 f"layer, config or checkpoint); the other ranks' errors are DDP refusing to start with "
+                 f"{'them' if len(mc.odd) > 1 else 'it'} (PyTorch's own comparison)")
+    return HangDiagnosis(kind="mismatched_size", process_group="0", pg_desc="default_pg", seq=None,
+                         op="DDP model verification", culprit_ranks=list(mc.odd),
+                         waiting_ranks=sorted(set(mc.values) - set(mc.odd)), evidence=mc.evidence[:4], cause=cause,
+                         confidence=0.4 if mc.tie else CONFIDENCE, tie=mc.tie, source="stderr",
+                         fix="Build the same model on every rank before wrapping it in DistributedDataParallel: "
+                             "look for a rank-dependent layer, config value or checkpoint on the odd rank.")
+
+
+def apply_stated_views(diags: list[HangDiagnosis], logs: list, world: set[int]) -> list[HangDiagnosis]:
+    """The ranked diagnoses with DDP's model check merged in: its odd rank first; the crashes of the ranks that
+    only raised the check's error (and of the odd rank itself) are that one finding, not failures of their own."""
+    mc = model_check(list(logs), set(world))
+    if mc is None:
+        return diags
+    mine = model_check_diagnosis(mc)
+    involved = set(mc.speakers) | set(mc.odd)
+    out = [mine]
+    for d in diags:
+        culprits = set(d.culprit_ranks)
+        if d.kind in _INFERRED + ("mismatched_size", "mismatched_op") and culprits and culprits <= involved \
+                or (d.kind in _INFERRED and not culprits):
+            mine.evidence.extend(e for e in d.evidence[:1] if e not in mine.evidence)
+            continue
+        out.append(d)
     return out

@@ -152,9 +152,10 @@ def _sig_text(sig: tuple) -> str:
 
 
 def _siblings(inp: HangInputs, g: str) -> list:
-    """Other groups of the same role (same description, same size, no shared member)."""
+    """Other groups of the same role (same description, same size, no shared member); 'undefined' (new_group
+    without group_desc) names no role: groups of that description are matched by nothing."""
     me = inp.groups[g]
-    if not me.desc or not me.members:
+    if not me.desc or me.desc == "undefined" or not me.members:
         return []
     return [h for h in inp.groups.values() if h.key != g and h.desc == me.desc and h.members
             and len(h.members) == len(me.members) and not set(h.members) & set(me.members)]

@@ -66,6 +66,7 @@ class RankFailure:
     blocked_in: str = ""                  # the API its fatal wait was in: all_reduce, recv, send, wait, ...
     stack: str = ""                       # user-code functions of its fatal traceback, outermost first
     p2p_direction: str = ""               # 'send' / 'recv' when a timeout says which kind of transfer hung
+    failed_at: float | None = None        # torchrun's table: when it failed (its error file's time), epoch seconds
 
     @property
     def blocked_in_p2p(self) -> bool:
@@ -260,6 +261,36 @@ def _failure_table(out: StderrFacts, fails: Table | None, path: str, order: int)
         if bool(x.get("root_cause")) is True:
             out.launcher_root = r
             f.root_cause_by_launcher = True
+        t = _table_time(_s(x.get("time")))
+        if t is not None and (f.failed_at is None or t < f.failed_at):
+            f.failed_at = t
+
+
+def _table_time(text: str) -> float | None:
+    """torchrun's failure-table time ('2026-12-06_04:18:28', the error file's timestamp, or when it saw the exit)
+    as seconds (naive, whole seconds: only differences between rows are used)."""
+    from datetime import datetime, timezone
+    for fmt in ("%Y-%m-%d_%H:%M:%S", "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S"):
+        try:
+            return datetime.strptime(text.strip()[:19], fmt).replace(tzinfo=timezone.utc).timestamp()
+        except ValueError:
+            continue
+    return None
+
+
+def origin_time(facts: "StderrFacts", r: int) -> float | None:
+    """When rank r failed on its own, by the evidence of time: torchrun's table time of an exception (its error
+    file); for a death by signal, which writes no error file and is seen only at the launcher's next check, no later
+    than the earliest time another rank noticed a lost peer (it lost this one, or an earlier one)."""
+    f = facts.ranks.get(r)
+    if f is None or f.failed_at is None:
+        return None
+    if f.origin is not None and f.origin.get("kind") == "signal":
+        lost = [g.failed_at for q, g in facts.ranks.items() if q != r and g.failed_at is not None and g.origin is None
+                and any(c.get("kind") in ("connection_closed", "connection_reset") or "by peer" in c.get("text", "")
+                        for c in g.consequences)]
+        return min([f.failed_at] + lost)
+    return f.failed_at
 
 
 def _attribute_unranked(out: StderrFacts, unranked: list[dict]) -> None:

@@ -28,7 +28,7 @@ from analyzer.hang.p2p_roots import p2p_roots
 from analyzer.hang.placement import (best_group, chain_heads, failed_where_others_passed, from_divergence, origin_kind,
                                      refine_by_call_site, root_at)
 from analyzer.hang.size_abort import decide_size_abort, dtype_from_abort, size_abort, size_abort_majorities
-from analyzer.hang.stderr_facts import StderrFacts, origin_sentence
+from analyzer.hang.stderr_facts import StderrFacts, origin_sentence, origin_time
 from analyzer.hang.stderr_roots import (call_site_outliers, detail_mismatch, rendezvous_root, silent_members,
                                         timeouts_only)
 from analyzer.hang.waits import RankStates, cycles
@@ -38,7 +38,7 @@ from rules.phrases import per_rank_text, ranks_text
 KIND_ORDER = {"mismatched_op": 0, "order_mismatch": 0, "extra_collective": 0, "skipped_collective": 0,
               "mismatched_size": 0, "mismatched_dtype": 0, "crashed_rank": 1, "nccl_error": 1, "order_inversion": 2,
               "deadlock": 2, "p2p_mismatch": 2, "device_stalled": 3, "stuck_p2p": 4, "lagging_rank": 5,
-              "missing_rank": 5, "rendezvous_failure": 1, "watchdog_timeout": 9}
+              "missing_rank": 5, "rendezvous_failure": 1, "stopped_externally": 1, "watchdog_timeout": 9}
 
 
 
@@ -80,9 +80,16 @@ def build(inp: HangInputs, st: RankStates, edges: Table, divs: list[Divergence],
         o = facts.ranks[r].origin
         by_kind.setdefault((origin_kind(o), o.get("kind", "")), []).append(r)
     claimed |= explained
-    for (kind, _), ranks in by_kind.items():
+    when: dict[int, float] = {}  # id(diagnosis) → when its first rank failed (several roots: the first is first)
+    clusters = [(kind, c) for (kind, _), ranks in by_kind.items() for c in _time_clusters(facts, ranks)]
+    first_at = min((t for _, c in clusters if (t := _cluster_time(facts, c)) is not None), default=None)
+    for kind, ranks in clusters:
         o = facts.ranks[ranks[0]].origin
         cause = "; ".join(origin_sentence(r, facts.ranks[r].origin) for r in ranks[:4])
+        t = _cluster_time(facts, ranks)
+        if t is not None and first_at is not None and t - first_at >= SEPARATE_S:
+            cause += (f" — a separate failure {t - first_at:.0f} s after the first one (torchrun's failure times): "
+                      "its own error, not an effect of the first")
         nodump = [r for r in ranks if r not in inp.dumps]
         if nodump and inp.dumps:
             cause += f" ({ranks_text(nodump)} left no Flight Recorder dump)"
@@ -92,6 +99,8 @@ def build(inp: HangInputs, st: RankStates, edges: Table, divs: list[Divergence],
         if kind == "mismatched_size":
             dtype_from_abort(inp, facts, x)
         diags.append(x)
+        if t is not None:
+            when[id(x)] = t
         claimed |= set(ranks)
     # 3: ranks that wait for each other
     for comp in cycles(edges):
@@ -195,10 +204,34 @@ def build(inp: HangInputs, st: RankStates, edges: Table, divs: list[Divergence],
         d.explains = [x for x in explains_for(edges, culprits, inp)
                       if not (x["process_group"] == d.process_group and x["seq"] == d.seq)]
         d.fix = d.fix or FIX.get(d.kind, "")
-    diags.sort(key=lambda d: (_order(d), -reach[id(d)], -d.confidence,
+    diags.sort(key=lambda d: (_order(d), when.get(id(d), float("inf")), -reach[id(d)], -d.confidence,
                               d.seq if d.seq is not None else 1 << 62, d.process_group))
     return diags, no_dump
 
+
+
+SEPARATE_S = 1.0  # origin failures this far apart in torchrun's failure times are separate roots
+
+
+def _time_clusters(facts: StderrFacts, ranks: list[int]) -> list[list[int]]:
+    """Ranks of one kind of failure split where torchrun's times put them SEPARATE_S or more apart (two ranks that
+    raise their own errors a second apart are two findings, not one tie); one list when a time is missing."""
+    times = {r: origin_time(facts, r) for r in ranks}
+    if len(ranks) < 2 or any(t is None for t in times.values()):
+        return [list(ranks)]
+    out: list[list[int]] = []
+    last = None
+    for r in sorted(ranks, key=lambda q: (times[q], q)):
+        if last is None or times[r] - last >= SEPARATE_S:
+            out.append([])
+        out[-1].append(r)
+        last = times[r]
+    return [sorted(c) for c in out]
+
+
+def _cluster_time(facts: StderrFacts, ranks: list[int]) -> float | None:
+    ts = [t for r in ranks if (t := origin_time(facts, r)) is not None]
+    return min(ts) if ts and len(ts) == len(ranks) else None
 
 
 def _order(d: HangDiagnosis) -> int:

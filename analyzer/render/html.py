@@ -109,9 +109,12 @@ def _header(report: dict) -> str:
         files = inputs.get("files") or []
         n_fr = sum(1 for f in files if f.get("kind") == "flight_recorder" and f.get("status") in ("read", "salvaged"))
         n_log = sum(1 for f in files if f.get("kind") == "nccl_log" and f.get("status") in ("read", "salvaged"))
+        logs = [f["path"] for f in files if f.get("kind") == "stderr" and f.get("status") in ("read", "salvaged")]
+        named = ", ".join(str(p).replace("\\", "/").rsplit("/", 1)[-1] for p in logs[:3]) + \
+            (f", … {len(logs) - 3} more" if len(logs) > 3 else "")
         n_ras = sum(1 for f in files if f.get("kind") == "nccl_ras" and f.get("status") in ("read", "salvaged"))
-        facts = [f"no profiler traces: {n_fr} Flight Recorder dump(s), {n_log} NCCL/watchdog log(s)"
-                 + (f", {n_ras} NCCL RAS report(s)" if n_ras else "")]
+        facts = [f"no profiler traces: {n_fr} Flight Recorder dump(s), {n_log} NCCL/watchdog log(s), {len(logs)} "
+                 f"stderr log(s)" + (f" ({named})" if logs else "") + (f", {n_ras} NCCL RAS report(s)" if n_ras else "")]
     hosts = sorted(set(((cr.get("hosts") or {}).get("rank_to_host") or {}).values()))
     if hosts:
         facts.append(f"hosts {len(hosts)}")

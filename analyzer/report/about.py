@@ -122,7 +122,7 @@ def about_section(job: Any, paths: list[str], label: Optional[str] = None,
         job_info["nccl_processes"] = int(sum(len(p) for p in procs))  # host:pid pairs seen in the NCCL logs
     if dumps:
         job_info["flight_recorder_dumps"] = len(dumps)
-        groups = {name for d in dumps for name in (d.pg_config or {})}
+        groups = _dump_groups(dumps)
         if groups:
             job_info["process_groups"] = len(groups)
     if collected:
@@ -150,3 +150,17 @@ def about_section(job: Any, paths: list[str], label: Optional[str] = None,
     out["analysed_at"] = analysis_time(env)
     out["analyzer"] = {"name": "analyze", "version": __version__}
     return out
+
+
+def _dump_groups(dumps: list) -> set[str]:
+    """The process groups the Flight Recorder dumps know of, from every source: pg_config's keys and the groups
+    their entries were recorded in (gloo's pg_config lists only the world, as '', while its entries name every
+    group: '' is then the world group "0")."""
+    names = {str(k) for d in dumps for k in (getattr(d, "pg_config", None) or {})}
+    for d in dumps:
+        e = getattr(d, "entries", None)
+        if e is not None and len(e) and "pg_name" in e.columns:
+            names |= {str(x) for x in e["pg_name"]}
+    if "" in names and len(names) > 1:
+        names.discard("")
+    return names
