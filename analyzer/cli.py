@@ -338,6 +338,9 @@ def _analyse_and_write(args: argparse.Namespace, thresholds: dict, engine: Any, 
             return EXIT_USAGE
     code = EXIT_OK
     out = _Stdout()
+    if not analysis.analysed and args.output is None and args.format is None:
+        # the default text report was not asked for: stderr has said why, the reports asked for say so too
+        targets = [t for t in targets if t != ("text", None)]
     for fmt, path in targets:
         if fmt == "json" and path is not None:  # bytes straight to the file (no text copy of a large report)
             code = _write_json(analysis.report, path) or code

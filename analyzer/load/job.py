@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from analyzer.load.damage import CutDamage, assess_job, drop_excluded
 from analyzer.load.engine import Engine, LocalEngine
-from parsers.discover import FR_DUMP, KINETO, NCCL_LOG, STDERR, discover
+from parsers.discover import FR_DUMP, KINETO, NCCL_LOG, STDERR, discover, known_non_input
 from parsers.errors import InputError
 from parsers.table import Table
 
@@ -62,6 +62,8 @@ class Job:
     lane_handles: dict = field(default_factory=dict, repr=False, compare=False)
     #: where world_size came from, in words (analyzer/load/world.py); "" when nothing showed it
     world_size_source: str = ""
+    #: files passed over without a line: documentation, scripts, a fixture's ground truth (parsers/discover.py)
+    ignored: list[str] = field(default_factory=list)
 
     @property
     def ranks(self) -> list[int]:
@@ -227,8 +229,9 @@ def load_job(paths: list[str | Path], jobs: Optional[int] = None,
     found, problems = discover(paths)
     records: list[FileRecord] = [FileRecord(p, "unknown", FAILED, msg) for p, msg in problems]
     trace_paths = [f.path for f in found if f.kind == KINETO]
+    ignored = [f.path for f in found if known_non_input(f)]  # README, scripts, a fixture's ground truth
     for f in found:
-        if f.kind not in (KINETO, NCCL_LOG, FR_DUMP, STDERR):
+        if f.kind not in (KINETO, NCCL_LOG, FR_DUMP, STDERR) and not known_non_input(f):
             records.append(FileRecord(f.path, f.kind, SKIPPED, f.reason))
 
     if engine is None:
@@ -322,6 +325,7 @@ def load_job(paths: list[str | Path], jobs: Optional[int] = None,
               missing, warnings, stderr_logs=stderr_logs, damage=damage, engine=engine, lane_handles=lane_handles,
               world_size_source=ws.source)
     out.jobs = found_jobs
+    out.ignored = ignored
     return out
 
 

@@ -252,7 +252,9 @@ def group_role(g: dict) -> str:
     """A process group's role as the group tables show it: 'world (as ep)' when the world group is judged by
     the traffic it carries (cross_rank.process_groups judged_role), so the role a finding names is in the table."""
     role, judged = str(g.get("role") or ""), g.get("judged_role")
-    return f"{role} (as {judged})" if judged and str(judged) != role else role
+    if not judged or str(judged) in (role, "unknown"):  # traffic that says nothing (broadcasts only) adds nothing
+        return role
+    return f"{role} (as {judged})"
 
 
 def job_shape(report: dict) -> str:

@@ -1,0 +1,54 @@
+"""Everyday use on the user's path (the CLI, analyzer.load on a folder): labels that say something, fixture files
+that are not inputs kept out of the skipped list, reports that say per what each figure is."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from analyzer.cli import main
+from tests.kineto_builder import kernel, step, trace, write
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _broadcast_job(folder: Path) -> Path:
+    """Two ranks whose world group carries broadcasts only (traffic that says no role), beside a fixture's
+    ground truth, a README and a script."""
+    for r in range(2):
+        ev = []
+        for s in range(3):
+            t0 = s * 1000
+            ev += [step(s, t0, 900), kernel(t0 + 10, 500),
+                   kernel(t0 + 520 + 30 * r, 100, "ncclDevKernel_Broadcast_RING_LL(ncclDevComm*, unsigned long, "
+                          "ncclWork*)", stream=20)]
+        write(folder / f"rank{r}.json", trace(ev, rank=r))
+    (folder / "expected.json").write_text('{"straggler": null}')
+    (folder / "scenario.json").write_text('{"ranks": 2}')
+    (folder / "README.md").write_text("# how this was made\n")
+    (folder / "make.py").write_text("print('made')\n")
+    (folder / "notes.txt").write_text("just some words, not a log of anything at all\n")
+    return folder
+
+
+@pytest.mark.parametrize("fmt", ["text", "markdown", "html"])
+def test_no_unknown_role_label_and_fixture_files_not_skipped(tmp_path, capsys, fmt):
+    job = _broadcast_job(tmp_path / "job")
+    out = tmp_path / f"r.{fmt}"
+    assert main([str(job), "-q", "--jobs", "1", "--format", fmt, "-o", str(out), "--json", str(tmp_path / "r.json")]) == 0
+    doc = out.read_text()
+    assert "world" in doc and "as unknown" not in doc
+    rep = json.loads((tmp_path / "r.json").read_text())
+    skipped = [f["path"] for f in rep["inputs"]["files"] if f["status"] == "skipped"]
+    assert [Path(p).name for p in skipped] == ["notes.txt"]  # a .txt could have been a log: still worth a line
+    assert rep["inputs"]["skipped"] == 1 and rep["inputs"]["ignored"] == 4
+    for name in ("expected.json", "scenario.json", "README.md", "make.py"):
+        assert name not in doc
+
+
+def test_only_fixture_files_say_so(tmp_path, capsys):
+    (tmp_path / "truth.json").write_text('{"root": 3}')
+    assert main([str(tmp_path), "-q"]) == 2
+    err = capsys.readouterr().err
+    assert "documentation, scripts or test ground truth" in err and "truth.json" in err
