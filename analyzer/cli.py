@@ -376,12 +376,14 @@ def _write_html(analysis: Any, path: str) -> int:
     """Write the HTML report to ``path`` as it is made (guarded as :func:`guard_ci_lines` guards a document);
     EXIT_USAGE (said on stderr) when the file cannot be written."""
     from analyzer.render.html import write_html
+    existed = os.path.exists(path)
     try:
         with open(path, "w", encoding="utf-8") as fh:
             try:
                 write_html(analysis.report, analysis.job, fh)
             except BaseException:
                 fh.truncate(0)  # never a partial page
+                _drop_new(path, existed)
                 raise
     except OSError as exc:
         print(f"analyze: error: cannot write {_one_line(path)}: {_one_line(exc.strerror or exc)}", file=sys.stderr)
@@ -389,16 +391,27 @@ def _write_html(analysis: Any, path: str) -> int:
     return 0
 
 
+def _drop_new(path: str, existed: bool) -> None:
+    """Remove a report file this run created and could not finish (Ctrl-C, a crash): no empty file is left."""
+    if not existed:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+
 def _write_json(report: dict, path: str) -> int:
     """Write the JSON report to ``path``; EXIT_USAGE (said on stderr) when the file cannot be written. Its
     strings went through the sanitiser and JSON text cannot start a line with one, so no CI guard is needed."""
     from analyzer.render.json_out import write_json
+    existed = os.path.exists(path)
     try:
         with open(path, "wb") as fh:
             try:
                 write_json(report, fh)
             except BaseException:
                 fh.truncate(0)  # never a partial document a CI step could read as the report
+                _drop_new(path, existed)
                 raise
     except OSError as exc:
         print(f"analyze: error: cannot write {_one_line(path)}: {_one_line(exc.strerror or exc)}", file=sys.stderr)

@@ -106,4 +106,8 @@ def test_cli_json_write_that_fails_leaves_no_partial_document(tmp_path):
     out = tmp_path / "r.json"
     with pytest.raises(TypeError):
         _write_json({"ok": [1, 2, 3], "bad": {1: "x"}}, str(out))
-    assert out.read_bytes() == b""
+    assert not out.exists()  # a file this run made is removed
+    out.write_bytes(b'{"old": 1}')
+    with pytest.raises(TypeError):
+        _write_json({"ok": [1, 2, 3], "bad": {1: "x"}}, str(out))
+    assert out.read_bytes() == b""  # one that was there is emptied: never a partial document

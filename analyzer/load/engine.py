@@ -97,6 +97,61 @@ def _small_files(items: Sequence[Any], limit: int = SERIAL_BYTES) -> bool:
     return True
 
 
+class _sigint_held:
+    """Hold Ctrl-C while worker processes start. The forking thread blocks SIGINT, so a child forked or spawned
+    meanwhile inherits the block and never runs Python's handler (no KeyboardInterrupt traceback per worker);
+    in the main thread a Ctrl-C meanwhile is only noted (another thread may take the signal) and raised as
+    KeyboardInterrupt when the block ends, once the processes exist and can be stopped. No-op parts where
+    signal masks or handlers are not available."""
+
+    def __enter__(self) -> "_sigint_held":
+        import signal
+        import threading
+        self._old = self._handler = None
+        self.pressed = False
+        if threading.current_thread() is threading.main_thread():
+            def note(signum: int, frame: Any) -> None:
+                self.pressed = True
+            self._handler = signal.signal(signal.SIGINT, note)
+        if hasattr(signal, "pthread_sigmask"):
+            self._old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        import signal
+        if self._old is not None and signal.SIGINT not in self._old:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        if self._handler is not None:
+            signal.signal(signal.SIGINT, self._handler)
+            if self.pressed and exc[0] is None and self._handler is signal.default_int_handler:
+                raise KeyboardInterrupt
+
+
+def _quiet_worker() -> None:
+    """Pool worker start: ignore Ctrl-C (the parent stops the pool and says so, once) and let it through again."""
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+def _stop_pool(pool: ProcessPoolExecutor) -> None:
+    """End a pool at once: the workers terminated (they ignore Ctrl-C) and reaped; the pool's manager thread then
+    finds them gone, fails the pending tasks and ends (cancelling them here too would race it)."""
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    for p in procs:
+        try:
+            p.terminate()
+        except (OSError, ValueError, AttributeError):
+            pass
+    for p in procs:
+        try:
+            p.join(timeout=5)
+        except (OSError, ValueError, AttributeError, AssertionError):
+            pass
+    pool.shutdown(wait=True)
+
+
 class LocalEngine:
     """Forked worker processes on this machine (serial in this process with one worker or one item)."""
 
@@ -120,11 +175,20 @@ class LocalEngine:
         if sys.platform != "win32":
             import multiprocessing as mp
             ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None
-        with ProcessPoolExecutor(max_workers=min(self.workers, len(items)), mp_context=ctx) as pool:
-            for i, res in enumerate(pool.map(fn, items, chunksize=1)):
-                out.append(take(res))
+        pool = ProcessPoolExecutor(max_workers=min(self.workers, len(items)), mp_context=ctx,
+                                   initializer=_quiet_worker)
+        try:
+            with _sigint_held():  # the workers are forked here: none may see a Ctrl-C before it ignores it
+                futures = [pool.submit(fn, it) for it in items]  # (not pool.map: its clean-up cancels them, and
+            for i, fut in enumerate(futures):                    # Python 3.11's pool then fails on a Ctrl-C)
+                out.append(take(fut.result()))
+                futures[i] = None  # its result is not kept twice
                 if progress:
                     progress(i + 1, len(items), items[i])
+        except BaseException:  # Ctrl-C (or an error): stop the workers now instead of letting them finish
+            _stop_pool(pool)
+            raise
+        pool.shutdown(wait=True)
         return out
 
     def _scratch(self) -> str:
@@ -176,9 +240,20 @@ class DaskEngine:
         self.address = address
         self._cluster = None
         if address == "local":
-            self._cluster = LocalCluster(n_workers=max(1, int(workers)), threads_per_worker=1, processes=True,
-                                         dashboard_address=None, silence_logs=40)
-            self.client = Client(self._cluster, set_as_default=False)
+            # the cluster's processes start with Ctrl-C held (inherited: they never see it, this process stops
+            # them); one pressed meanwhile arrives when the cluster is up, and closing it then is quiet
+            if sys.platform != "win32":  # started later, from the cluster's thread, it would let Ctrl-C through
+                from multiprocessing import resource_tracker  # there again (it unblocks SIGINT after its start)
+                resource_tracker.ensure_running()
+            self.client = None
+            try:
+                with _sigint_held():
+                    self._cluster = LocalCluster(n_workers=max(1, int(workers)), threads_per_worker=1,
+                                                 processes=True, dashboard_address=None, silence_logs=40)
+                    self.client = Client(self._cluster, set_as_default=False)
+            except BaseException:  # Ctrl-C while it started: stop what was started, then stop
+                _close_dask(self.client, self._cluster)
+                raise
         elif address.endswith(".json") and os.path.exists(address):
             self.client = Client(scheduler_file=address, set_as_default=False)
         else:
@@ -316,7 +391,8 @@ def _side_of(fn: Callable[[Any], tuple[Any, Any]], item: Any) -> Any:
 def _close_dask(client: Any, cluster: Any) -> None:
     """Close the client, and the LocalCluster when this engine started it."""
     try:
-        client.close()
+        if client is not None:
+            client.close()
     finally:
         if cluster is not None:
             cluster.close()
