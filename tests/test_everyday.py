@@ -52,3 +52,43 @@ def test_only_fixture_files_say_so(tmp_path, capsys):
     assert main([str(tmp_path), "-q"]) == 2
     err = capsys.readouterr().err
     assert "documentation, scripts or test ground truth" in err and "truth.json" in err
+
+
+def test_no_pool_for_a_small_job(monkeypatch):
+    """8 small real traces (PARAM DLRM, 7 MB inflated): starting worker processes costs more than parsing them,
+    so analyzer.load with 8 jobs runs in this process (benchmarks/pool_choice.py)."""
+    import concurrent.futures
+
+    import analyzer
+
+    def refuse(*a, **k):
+        raise AssertionError("a worker pool was started for a small job")
+    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", refuse)
+    monkeypatch.setattr("analyzer.load.engine.ProcessPoolExecutor", refuse)
+    monkeypatch.delenv("ANALYZE_POOL_BYTES", raising=False)
+    with analyzer.load(ROOT / "fixtures/corpus/param-dlrm_kineto", jobs=8) as a:
+        assert len(a.report["ranks"]) == 8
+
+
+def test_pool_size_follows_the_inflated_bytes(tmp_path, monkeypatch):
+    import gzip
+
+    from analyzer.load.engine import POOL_BYTES_PER_WORKER, pool_workers
+    monkeypatch.delenv("ANALYZE_POOL_BYTES", raising=False)
+    mb = 1 << 20
+    big = tmp_path / "big.json.gz"  # 60 MB inflated, a few KB on disk: the gzip trailer says how much
+    with gzip.open(big, "wb", compresslevel=1) as fh:
+        for _ in range(60):
+            fh.write(b" " * mb)
+    small = tmp_path / "small.json"
+    small.write_bytes(b"{}" * 1000)
+    per = POOL_BYTES_PER_WORKER
+    assert pool_workers([str(small)] * 8, 8) == 1
+    assert pool_workers([str(big)] * 8, 16) == min(8, 8 * 60 * mb // per)
+    assert pool_workers([str(big)] * 8, 2) == 2
+    assert pool_workers([str(big), str(small)], 8) == max(1, min(2, 60 * mb // per))
+    assert pool_workers([(len, str(big), "scratch")] * 4, 4) == min(4, 4 * 60 * mb // per)  # map_keep tasks
+    assert pool_workers([(len, str(small), "scratch")] * 4, 4) == 1
+    assert pool_workers([{"data": 1}] * 4, 4) == 4  # data of unknown size: as many as asked
+    monkeypatch.setenv("ANALYZE_POOL_BYTES", "0")
+    assert pool_workers([str(small)] * 8, 8) == 8

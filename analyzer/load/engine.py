@@ -77,24 +77,63 @@ def _query_local(task: tuple) -> Any:
     return fn(side, arg)
 
 
-#: Files (by path) this small in all are parsed in this process: starting and feeding worker processes costs
-#: more than parsing a few small logs or dumps (a hang folder's whole run is then a fraction of a second).
-SERIAL_BYTES = 2 << 20
+#: Inflated input bytes each worker process must have to pay for itself: forking it, feeding it and bringing its
+#: results back cost about what parsing this much costs in this process (benchmarks/pool_choice.py). Below two
+#: workers' worth there is no pool at all; above, one worker per this many bytes, up to --jobs.
+#: ``ANALYZE_POOL_BYTES`` overrides it (0: always the pool of --jobs; for benchmarks).
+POOL_BYTES_PER_WORKER = 24 << 20
 
 
-def _small_files(items: Sequence[Any], limit: int = SERIAL_BYTES) -> bool:
-    """True when every item is a path to an existing file and together they hold under ``limit`` bytes."""
+def _bytes_per_worker() -> int:
+    try:
+        return max(0, int(os.environ.get("ANALYZE_POOL_BYTES", "")))
+    except ValueError:
+        return POOL_BYTES_PER_WORKER
+
+
+def _file_bytes(path: Any) -> Optional[int]:
+    """The bytes parsing ``path`` reads: a gzip file's inflated size (from its trailer: exact for one member
+    under 4 GiB, a lower bound otherwise), else the file's size; None when it is not a readable file."""
+    try:
+        size = os.stat(path).st_size
+        if size >= 18:
+            with open(path, "rb") as fh:
+                if fh.read(2) == b"\x1f\x8b":
+                    fh.seek(-4, os.SEEK_END)
+                    return max(size, int.from_bytes(fh.read(4), "little"))
+        return size
+    except (OSError, TypeError, ValueError):
+        return None
+
+
+def _item_bytes(item: Any) -> Optional[int]:
+    """How much one task reads: a path; a map_keep task (fn, path, scratch folder); a query (fn, kept pickle,
+    arg). None when it is data or unknown (then the pool is sized as before, by the items)."""
+    if isinstance(item, (str, os.PathLike)):
+        return _file_bytes(item)
+    if isinstance(item, tuple) and len(item) == 3 and (item[0] is None or callable(item[0])):
+        inner = item[1]
+        if inner is None:
+            return 0
+        if isinstance(inner, (str, os.PathLike)):
+            return _file_bytes(inner)
+    return None
+
+
+def pool_workers(items: Sequence[Any], workers: int, per_worker: Optional[int] = None) -> int:
+    """How many worker processes ``items`` pay for (1: run them in this process): one per ``per_worker`` bytes
+    they read, at most ``workers`` and one per item; the items' count when their size is unknown."""
+    workers = max(1, min(int(workers), len(items)))
+    per = _bytes_per_worker() if per_worker is None else per_worker
+    if workers <= 1 or per <= 0:
+        return workers
     total = 0
     for it in items:
-        if not isinstance(it, (str, os.PathLike)):
-            return False
-        try:
-            total += os.stat(it).st_size
-        except OSError:
-            return False
-        if total >= limit:
-            return False
-    return True
+        n = _item_bytes(it)
+        if n is None:
+            return workers
+        total += n
+    return max(1, min(workers, total // per))
 
 
 class _sigint_held:
@@ -165,7 +204,8 @@ class LocalEngine:
         items = list(items)
         out: list = []
         take = receive or (lambda r: r)
-        if self.workers <= 1 or len(items) <= 1 or _small_files(items):
+        n_workers = pool_workers(items, self.workers)
+        if n_workers <= 1:
             for i, it in enumerate(items):
                 out.append(take(fn(it)))
                 if progress:
@@ -175,7 +215,7 @@ class LocalEngine:
         if sys.platform != "win32":
             import multiprocessing as mp
             ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None
-        pool = ProcessPoolExecutor(max_workers=min(self.workers, len(items)), mp_context=ctx,
+        pool = ProcessPoolExecutor(max_workers=n_workers, mp_context=ctx,
                                    initializer=_quiet_worker)
         try:
             with _sigint_held():  # the workers are forked here: none may see a Ctrl-C before it ignores it
@@ -212,7 +252,7 @@ class LocalEngine:
         tasks = [(fn, h, a) for h, a in zip(handles, args)]
         if len(tasks) < 8:  # reading a few pickles costs less than starting workers
             return [_query_local(t) for t in tasks]
-        return self.map(_query_local, tasks)
+        return self.map(_query_local, tasks)  # sized by the kept pickles' bytes (pool_workers)
 
     def close(self) -> None:
         fin = getattr(self, "_finalizer", None)
