@@ -92,3 +92,26 @@ def test_pool_size_follows_the_inflated_bytes(tmp_path, monkeypatch):
     assert pool_workers([{"data": 1}] * 4, 4) == 4  # data of unknown size: as many as asked
     monkeypatch.setenv("ANALYZE_POOL_BYTES", "0")
     assert pool_workers([str(small)] * 8, 8) == 8
+
+
+def test_explain_is_short_and_actionable(capsys):
+    """--explain ID: what the rule checks, why, its thresholds, an example, the fix — no internal paths."""
+    from rules.catalog import sorted_rules
+    from rules.examples import EXAMPLES
+    for r in sorted_rules():
+        assert main(["--explain", r.id]) == 0
+        text = capsys.readouterr().out
+        lines = text.rstrip().splitlines()
+        assert len(lines) <= 40, (r.id, len(lines))
+        assert "fixtures/" not in text and "analyzer/" not in text and ".py" not in text, r.id
+        assert lines[0].startswith(f"{r.id}: {r.title}")
+        assert any(x.startswith("checks:") for x in lines), r.id
+        for t in r.thresholds:
+            assert any(x.lstrip().startswith(f"{t.name} = ") for x in lines), (r.id, t.name)
+        if r.fix:
+            assert any(x.startswith("fix:") for x in lines), r.id
+        if r.id in EXAMPLES:
+            assert any(x.startswith("example:") for x in lines), r.id
+        assert f"docs/rules.md ({r.id})" in text
+    assert main(["--threshold", "straggler_cost_min=0.1", "--explain", "LOAD001"]) == 0
+    assert "straggler_cost_min = 0.1 (fraction, default 0.05)" in capsys.readouterr().out
