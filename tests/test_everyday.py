@@ -115,3 +115,34 @@ def test_explain_is_short_and_actionable(capsys):
         assert f"docs/rules.md ({r.id})" in text
     assert main(["--threshold", "straggler_cost_min=0.1", "--explain", "LOAD001"]) == 0
     assert "straggler_cost_min = 0.1 (fraction, default 0.05)" in capsys.readouterr().out
+
+
+def test_straggler_figures_say_per_what_and_confidence_says_of_what(tmp_path):
+    """The 16-rank simulated 3D-parallel job with a compute straggler (rank 9): the two wait figures say per what
+    each is, and the confidence says what it is of and why it is not higher (ranks of other groups hold their
+    groups up almost as long)."""
+    out = tmp_path / "r.txt"
+    md = tmp_path / "r.md"
+    assert main([str(ROOT / "fixtures/sim/tp_pp_dp_1f1b_straggler"), "-q", "--jobs", "1", "-o", str(out),
+                 "--markdown", str(md), "--json", str(tmp_path / "r.json")]) in (0, 1)
+    text = out.read_text()
+    assert "alone 2.55 ms per step (the step's delay it caused: its longest hold-up in the step, counted once, " \
+           "not per waiting rank" in text
+    assert "summed over every rank that waited for it and every collective it was last in" in text
+    assert "5.09 ms per step, 10.19 ms over 2 steps" in text
+    line = next(x for x in text.splitlines() if "confidence 50%" in x)
+    assert "(of the diagnosis: rank 9 is the rank the others wait for, and its compute is why; the cost is " \
+           "measured; not higher: another rank holds its group up almost as long)" in line
+    assert "not higher: another rank" in md.read_text()
+    rep = json.loads((tmp_path / "r.json").read_text())
+    top = rep["findings"][0]
+    assert top["id"] == "LOAD001" and top["confidence"] == 0.5 and "not higher" in top["confidence_basis"]
+    assert "imposed ms Σ: the waiting a rank made the others do by arriving last, summed over the ranks" in text
+
+
+def test_a_sure_straggler_says_what_its_confidence_is_of(tmp_path):
+    out = tmp_path / "r.txt"
+    assert main([str(ROOT / "fixtures/sim/straggler_ddp"), "-q", "--jobs", "1", "-o", str(out)]) in (0, 1)
+    text = out.read_text()
+    assert "confidence 100% (of the diagnosis: rank 5 is the rank the others wait for, and its compute is why; " \
+           "the cost is measured)" in text

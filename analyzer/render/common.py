@@ -270,3 +270,13 @@ def job_shape(report: dict) -> str:
     if pipe.get("detected"):
         parts.append(f"(pipeline {pipeline_shape(pipe)})")
     return " ".join(parts)
+
+
+def confidence_text(f: dict) -> str:
+    """'confidence 50% (that rank 7 is the rank the others wait for …; not higher: …)': the figure and, where
+    the rule says it (findings[].confidence_basis), what it is of and why it is not higher; '' without one."""
+    c = f.get("confidence")
+    if c is None:
+        return ""
+    basis = f.get("confidence_basis")
+    return f"confidence {c:.0%}" + (f" ({basis})" if basis else "")

@@ -6,7 +6,7 @@ from typing import Any, Iterable, Iterator, Optional, TextIO
 
 from analyzer.render import sanitize
 
-from analyzer.render.common import (has_unsplit, unsplit_note, group_role, consequence_lines, cost_text, evidence_texts, explained_by, mb, ms,
+from analyzer.render.common import (confidence_text, has_unsplit, unsplit_note, group_role, consequence_lines, cost_text, evidence_texts, explained_by, mb, ms,
                                     pipeline_shape, nothing_analysed, num, pct, printable, ranges, skipped_summary, subject_text)
 
 CSS = """
@@ -165,8 +165,7 @@ def _findings(report: dict) -> str:
         sev_cls = sev if sev in ("error", "warning", "info") else "info"
         subj = subject_text(f)
         ev = "".join(f"<li>{_e(e)}</li>" for e in evidence_texts(f))
-        meta = "; ".join(x for x in (subj, cost_text(f), f"confidence {f['confidence']:.0%}"
-                                     if f.get("confidence") is not None else "") if x)
+        meta = "; ".join(x for x in (subj, cost_text(f), confidence_text(f)) if x)
         out.append(f'<div class="finding {sev_cls}"><span class="sev">{_e(sev)}</span> '
                    f'<code>{_e(f.get("id", ""))}</code> <b>{_e(f.get("title", ""))}</b>'
                    + (f'<div class="meta">{_e(meta)}</div>' if meta else "")

@@ -6,7 +6,7 @@ from typing import Any
 
 from analyzer.render import sanitize
 
-from analyzer.render.common import (has_unsplit, unsplit_note, group_role, consequence_lines, cost_text, evidence_texts, mb, ms, num, pct, printable,
+from analyzer.render.common import (confidence_text, has_unsplit, unsplit_note, group_role, consequence_lines, cost_text, evidence_texts, mb, ms, num, pct, printable,
                                     ranges, skipped_summary, subject_text)
 
 DETAILS_OVER = 12  # tables longer than this fold into <details>
@@ -100,8 +100,7 @@ def _findings(report: dict) -> list[str]:
                    f"{md_escape(f.get('title', ''))}" + (f" — {md_escape(subj)}" if subj else ""))
         for e in evidence_texts(f):
             out.append(f"   - {md_escape(e)}")
-        meta = [x for x in (cost_text(f), f"confidence {f['confidence']:.0%}" if f.get("confidence") is not None
-                            else "") if x]
+        meta = [x for x in (cost_text(f), confidence_text(f)) if x]
         if meta:
             out.append(f"   - _{md_escape('; '.join(meta))}_")
         if f.get("fix"):

@@ -5,7 +5,7 @@ from typing import Any, Optional
 
 from analyzer.render import sanitize
 
-from analyzer.render.common import (has_unsplit, unsplit_note, group_role, consequence_lines, cost_text, evidence_texts, job_shape, mb, ms,  # noqa: F401
+from analyzer.render.common import (confidence_text, has_unsplit, unsplit_note, group_role, consequence_lines, cost_text, evidence_texts, job_shape, mb, ms,  # noqa: F401
                                     pipeline_shape, nothing_analysed, num, pct, printable, ranges, skipped_summary, subject_text)
 
 
@@ -126,8 +126,7 @@ def _findings(report: dict, paint: _Painter) -> list[str]:
             out.append(f"      - {one_line(e)}")
         if len(ev) > MAX_EVIDENCE:
             out.append(f"      - ... {len(ev) - MAX_EVIDENCE} more (see --format json)")
-        extra = [x for x in (cost_text(f), f"confidence {f['confidence']:.0%}" if f.get("confidence") is not None
-                             else "") if x]
+        extra = [x for x in (cost_text(f), confidence_text(f)) if x]
         if extra:
             out.append("      " + paint("dim", "; ".join(extra)))
         if f.get("fix"):
@@ -183,7 +182,7 @@ def _per_rank(report: dict) -> list[str]:
     if unsplit:
         headers.insert(6, "unsplit ms")
     if strag:
-        headers += ["last%", "wait imposed ms"]
+        headers += ["last%", "imposed ms Σ"]
     body = []
     for r in rows:
         cells = [str(r.get("rank")), num(r.get("steps")), ms(r.get("mean_step_time_us")), pct(r.get("comm_share")),
@@ -196,7 +195,9 @@ def _per_rank(report: dict) -> list[str]:
             # wait_imposed_us is a sum over the steps: per step here, like every column of this table
             cells += [pct(s.get("pct_last")), ms(per_step_mean({"steps": r.get("steps"), **s}, "wait_imposed_us"))]
         body.append(cells)
-    return ["", "per rank (mean over steps):"] + table(headers, body)
+    note = (["  imposed ms Σ: the waiting a rank made the others do by arriving last, summed over the ranks that "
+             "waited (per step)"] if strag else [])
+    return ["", "per rank (mean over steps):"] + table(headers, body) + note
 
 
 def _per_step(report: dict) -> list[str]:
