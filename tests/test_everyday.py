@@ -146,3 +146,43 @@ def test_a_sure_straggler_says_what_its_confidence_is_of(tmp_path):
     text = out.read_text()
     assert "confidence 100% (of the diagnosis: rank 5 is the rank the others wait for, and its compute is why; " \
            "the cost is measured)" in text
+
+
+def test_time_breakdown_in_every_human_report(tmp_path):
+    """The DLRM job's top finding says the host does not keep the GPU busy; the reports now show what that rests
+    on: per rank, HTA's temporal breakdown and the idle split (host / peers / launch / other), and the kernel time
+    per class — the same numbers as the API's a.idle and a.kernels, cross-checked here."""
+    import analyzer
+    job = ROOT / "fixtures/corpus/param-dlrm_kineto"
+    outs = {fmt: tmp_path / f"r.{fmt}" for fmt in ("text", "markdown", "html", "json")}
+    args = [str(job), "-q", "--jobs", "1", "-o", str(outs["text"])]
+    for fmt in ("markdown", "html", "json"):
+        args += [f"--{fmt}", str(outs[fmt])]
+    assert main(args) in (0, 1)
+    rep = json.loads(outs["json"].read_text())
+    rows = {r["rank"]: r for r in rep["breakdown"]["per_rank"]}
+    assert sorted(rows) == list(range(8)) and rep["breakdown"]["device"] == "gpu"
+    with analyzer.load(job, jobs=1) as a:
+        idle = a.idle.groupby("rank")[["idle_us", "host_wait_us", "peer_wait_us", "kernel_wait_us", "other_us"]].sum()
+        kern = a.kernels.groupby(["rank", "kind"])["total_us"].sum()
+        per_rank = {r["rank"]: r for r in a.report["metrics"]["per_rank"]}
+    for rank, r in rows.items():
+        assert r["compute_us"] + r["non_compute_us"] + r["idle_us"] == pytest.approx(r["step_us"], abs=0.01)
+        assert r["idle_us"] == pytest.approx(per_rank[rank]["idle_us"]) == pytest.approx(idle.loc[rank, "idle_us"])
+        split = r["idle_split"]
+        assert [split[k] for k in ("host", "peer", "kernel_wait", "other")] == pytest.approx(
+            list(idle.loc[rank, ["host_wait_us", "peer_wait_us", "kernel_wait_us", "other_us"]]))
+        assert sum(split.values()) == pytest.approx(r["idle_us"], abs=0.01)
+        assert r["kernel_us"]["compute"] == pytest.approx(kern.loc[(rank, "compute")])
+        assert r["kernel_us"]["comm"] == pytest.approx(kern.loc[(rank, "comm")])
+    r7 = rows[7]["shares"]
+    assert round(r7["idle"], 3) == 0.787 and round(r7["idle_host"], 3) == 0.622  # the most idle rank waits on its host
+    text = outs["text"].read_text()
+    assert "time breakdown per rank" in text
+    line = next(x for x in text.splitlines() if x.startswith("  7 ") and "78.7%" in x and "62.2%" in x)
+    assert "8.5%" in line  # its compute share
+    md = outs["markdown"].read_text()
+    assert "### Time breakdown per rank" in md and "| 7 | 12.509 | 8.5% | 12.8% | 78.7% | 62.2% |" in md
+    html = outs["html"].read_text()
+    assert '<h2>Time breakdown</h2><figure><img alt="time breakdown per rank"' in html
+    assert "<h2>Time breakdown per rank</h2>" in html and "<td>62.2%</td>" in html

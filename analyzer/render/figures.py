@@ -331,3 +331,45 @@ def pipeline(job: Any, report: dict, step: int) -> Optional[bytes]:
                plt.Rectangle((0, 0), 1, 1, facecolor=COLORS["bubble"], alpha=0.35, hatch="//")],
               ["compute", "bubble"], fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return _png(fig)
+
+
+#: the stacked parts of the time-breakdown bars: report.breakdown shares, label, colour (compute blue, the other
+#: device work orange, then the idle parts from the host's red to the neutral rest)
+BREAKDOWN_PARTS = (("compute", "compute", "#4C78A8"), ("non_compute", "communication / memory only", "#F58518"),
+                   ("idle_host", "idle: waiting for the host", "#E45756"),
+                   ("idle_peer", "idle: host in a collective (peers)", "#B279A2"),
+                   ("idle_kernel_wait", "idle: launch latency", "#EECA3B"), ("idle_other", "idle: other", "#BAB0AC"))
+
+
+def breakdown_bars(report: dict) -> Optional[bytes]:
+    """Per rank, a stacked bar of its step time: compute, communication / memory only, and the idle time split by
+    what it waited for (report.breakdown); past MAX_RANKS ranks, stacked areas over the rank axis."""
+    rows = (report.get("breakdown") or {}).get("per_rank") or []
+    if not rows:
+        return None
+    ranks = [r["rank"] for r in rows]
+    split = all(r.get("idle_split") for r in rows)
+    parts = [p for p in BREAKDOWN_PARTS if split or not p[0].startswith("idle_")]
+    if not split:
+        parts.append(("idle", "idle", COLORS["idle"]))
+    vals = np.array([[float((r.get("shares") or {}).get(k) or 0.0) * 100 for k, _, _ in parts] for r in rows])
+    x = np.arange(len(rows))
+    fig, ax = plt.subplots(figsize=(WIDTH, 3.4))
+    bottom = np.zeros(len(rows))
+    for i, (_, label, color) in enumerate(parts):
+        if len(rows) <= MAX_RANKS:
+            ax.bar(x, vals[:, i], 0.8, bottom=bottom, label=label, color=color, edgecolor="white", linewidth=0.3)
+        else:
+            ax.fill_between(x, bottom, bottom + vals[:, i], step="mid", label=label, color=color, lw=0)
+        bottom = bottom + vals[:, i]
+    ticks = _thin_ticks(len(rows))
+    ax.set_xticks(ticks)
+    ax.set_xticklabels([str(ranks[i]) for i in ticks], fontsize=8)
+    ax.set_xlim(-0.6, len(rows) - 0.4)
+    ax.set_xlabel("rank")
+    ax.set_ylabel("% of step time")
+    ax.set_ylim(0, 100)
+    ax.legend(fontsize=8, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.22), frameon=False)
+    ax.grid(axis="y", color="#dddddd", lw=0.5)
+    fig.subplots_adjust(bottom=0.34)
+    return _png(fig)

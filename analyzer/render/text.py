@@ -5,7 +5,7 @@ from typing import Any, Optional
 
 from analyzer.render import sanitize
 
-from analyzer.render.common import (confidence_text, has_unsplit, unsplit_note, group_role, consequence_lines, cost_text, evidence_texts, job_shape, mb, ms,  # noqa: F401
+from analyzer.render.common import (breakdown_table, confidence_text, has_unsplit, unsplit_note, group_role, consequence_lines, cost_text, evidence_texts, job_shape, mb, ms,  # noqa: F401
                                     pipeline_shape, nothing_analysed, num, pct, printable, ranges, skipped_summary, subject_text)
 
 
@@ -200,6 +200,21 @@ def _per_rank(report: dict) -> list[str]:
     return ["", "per rank (mean over steps):"] + table(headers, body) + note
 
 
+def _breakdown(report: dict) -> list[str]:
+    """The per-rank time breakdown (HTA's temporal and idle-time breakdowns): at most MAX_STEP_ROWS ranks."""
+    headers, rows, note = breakdown_table(report)
+    if not rows:
+        return []
+    more = len(rows) - MAX_STEP_ROWS
+    out = ["", "time breakdown per rank (share of step time; what the idle time waited for):"]
+    out += table(headers, rows[:MAX_STEP_ROWS])
+    if more > 0:
+        out.append(f"  ... {more} more rank(s) (see --format json: breakdown.per_rank)")
+    import textwrap
+    out += textwrap.wrap(note, 116, initial_indent="  ", subsequent_indent="  ")
+    return out
+
+
 def _per_step(report: dict) -> list[str]:
     rows = (report.get("metrics") or {}).get("per_step") or []
     if not rows or len(rows) <= len((report.get("metrics") or {}).get("per_rank") or []):
@@ -302,6 +317,7 @@ def render_text(report: dict[str, Any], color: bool = False, verbose: Optional[b
     out += _hang(report, paint)
     out += _baseline(report, paint)
     out += _per_rank(report)
+    out += _breakdown(report)
     out += _per_step(report)
     out += _groups(report)
     out += _problems(report, bool(verbose))
