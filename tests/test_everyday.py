@@ -186,3 +186,63 @@ def test_time_breakdown_in_every_human_report(tmp_path):
     html = outs["html"].read_text()
     assert '<h2>Time breakdown</h2><figure><img alt="time breakdown per rank"' in html
     assert "<h2>Time breakdown per rank</h2>" in html and "<td>62.2%</td>" in html
+
+
+def _figures_of(folder: Path, monkeypatch) -> list:
+    """The matplotlib figures the HTML report of ``folder`` draws (analyzer.load → render), kept open."""
+    import analyzer
+    from analyzer.render import figures
+    kept = []
+    real = figures._png
+
+    def keep(fig):
+        kept.append(fig)
+        fig.canvas.draw()  # lay the figure out as the PNG has it
+        return b"png"
+    monkeypatch.setattr(figures, "_png", keep)
+    with analyzer.load(folder, jobs=1) as a:
+        a.render("html")
+    monkeypatch.setattr(figures, "_png", real)
+    return kept
+
+
+def test_bus_bandwidth_axis_in_human_units_with_labels_off_the_markers(monkeypatch):
+    """ddp_slow_link's all-reduces are 4 and 8 MiB: a log2 axis with a tick at each, labelled in MiB; the
+    reference line's label sits in the right margin, outside every marker."""
+    import matplotlib.pyplot as plt
+    figs = _figures_of(ROOT / "fixtures/sim/ddp_slow_link", monkeypatch)
+    ax = next(f.axes[0] for f in figs if f.axes and f.axes[0].get_xlabel().startswith("message size"))
+    assert ax.get_xscale() == "log" and ax.xaxis.get_transform().base == 2
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["4 MiB", "8 MiB"]
+    assert list(ax.get_xticks()) == [4 << 20, 8 << 20]
+    labels = [t for t in ax.texts if "nominal" in t.get_text()]
+    assert labels
+    renderer = ax.figure.canvas.get_renderer()
+    plot_area = ax.get_window_extent(renderer)
+    for t in labels:  # every label starts right of the plot area, where no marker is drawn
+        assert t.get_window_extent(renderer).x0 > plot_area.x1
+    for f in figs:
+        plt.close(f)
+
+
+def test_pipeline_plot_says_its_bubbles_are_one_step(monkeypatch):
+    import matplotlib.pyplot as plt
+    figs = _figures_of(ROOT / "fixtures/sim/tp_pp_dp_1f1b_straggler", monkeypatch)
+    ax = next(f.axes[0] for f in figs if f.axes and f.axes[0].get_title(loc="left").startswith("pipeline schedule"))
+    title = ax.get_title(loc="left")
+    assert "bubble per stage (left): this step's (over all steps and stages: 45%)" in title
+    assert [t.get_text() for t in ax.get_yticklabels()][0].startswith("stage 0 (rank 0)  bubble ")
+    for f in figs:
+        plt.close(f)
+
+
+def test_size_ticks_and_units():
+    import numpy as np
+
+    from analyzer.render.figures import human_bytes, size_ticks
+    assert [human_bytes(x) for x in (512, 64 << 10, 8 << 20, 3 << 29, 2 << 30)] == \
+        ["512 B", "64 KiB", "8 MiB", "1.5 GiB", "2 GiB"]
+    many = np.array([2.0 ** k for k in range(10, 31)])  # 1 KiB .. 1 GiB: 21 sizes, too many to tick each
+    t = size_ticks(many)
+    assert len(t) <= 11 and t[0] == 1024 and all(np.log2(x).is_integer() for x in t)
+    assert size_ticks(np.array([8 << 20, 8 << 20, 1 << 20])) == [1 << 20, 8 << 20]

@@ -8,6 +8,8 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.ticker  # noqa: E402,F401  (the size axis' locators)
+import matplotlib.transforms  # noqa: E402,F401  (the reference lines' labels in the margin)
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
@@ -263,6 +265,9 @@ def bandwidth(job: Any, report: dict) -> Optional[bytes]:
                                            if g.get("bytes") and g.get("mean_busbw_gbps")]
     if pts.empty:
         return None
+    pts = pts[pd.to_numeric(pts["bytes"], errors="coerce") > 0]
+    if pts.empty:
+        return None
     fig, ax = plt.subplots(figsize=(WIDTH * 0.8, 3.6))
     for (op, grp), marker in zip(pts.groupby("op"), "oxs^vD+*"):
         ax.scatter(grp["bytes"], grp["busbw_gbps"], s=16, alpha=0.7, label=str(op), marker=marker)
@@ -271,16 +276,43 @@ def bandwidth(job: Any, report: dict) -> Optional[bytes]:
         c, nominal = g.get("link_class"), g.get("nominal_busbw_gbps")
         if c and (nominal or c in LINK_PEAK_GBPS):
             peaks.setdefault(c, float(nominal) if nominal else LINK_PEAK_GBPS[c])
-    for c in sorted(peaks):
+    right = matplotlib.transforms.blended_transform_factory(ax.transAxes, ax.transData)
+    for c in sorted(peaks):  # the line across the plot, its label in the right margin: never under a marker
         ax.axhline(peaks[c], ls="--", lw=1, color="#666666")
-        ax.text(pts["bytes"].min(), peaks[c], f" {c} nominal {peaks[c]:g} GB/s", fontsize=7,
-                va="bottom", color="#444444")
-    ax.set_xscale("log")
-    ax.set_xlabel("message size, bytes")
+        ax.text(1.01, peaks[c], f"{c} nominal\n{peaks[c]:g} GB/s", transform=right, fontsize=7, va="center",
+                ha="left", color="#444444", clip_on=False)
+    ax.set_xscale("log", base=2)
+    lo, hi = float(pts["bytes"].min()), float(pts["bytes"].max())
+    ax.set_xlim(lo / 1.6, hi * 1.6)
+    ticks = size_ticks(pts["bytes"].to_numpy(dtype=float))
+    ax.set_xticks(ticks)
+    ax.set_xticklabels([human_bytes(t) for t in ticks], fontsize=8)
+    ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+    ax.set_xlabel("message size (log\u2082 scale)")
     ax.set_ylabel("bus bandwidth, GB/s")
-    ax.legend(fontsize=8, frameon=False)
+    ax.set_ylim(0, max([float(pts["busbw_gbps"].max())] + list(peaks.values())) * 1.12)
+    ax.legend(fontsize=8, frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=8)
     ax.grid(color="#dddddd", lw=0.5)
     return _png(fig)
+
+
+def human_bytes(n: float) -> str:
+    """'512 B', '64 KiB', '8 MiB', '1.5 GiB': binary units, as message sizes are powers of two."""
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{n:.3g} B"
+
+
+def size_ticks(sizes: np.ndarray, most: int = 10) -> list[float]:
+    """Ticks of a message-size axis: the sizes themselves when few are distinct (a tick at every size the
+    collectives used), else powers of two over their range, every one or every few."""
+    distinct = np.unique(sizes[sizes > 0])
+    if 0 < len(distinct) <= most:
+        return [float(x) for x in distinct]
+    lo, hi = int(np.floor(np.log2(distinct[0]))), int(np.ceil(np.log2(distinct[-1])))
+    step = max(1, int(np.ceil((hi - lo + 1) / most)))
+    return [float(2 ** k) for k in range(lo, hi + 1, step)]
 
 
 def pipeline(job: Any, report: dict, step: int) -> Optional[bytes]:
@@ -325,8 +357,11 @@ def pipeline(job: Any, report: dict, step: int) -> Optional[bytes]:
     ax.set_yticklabels(labels, fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel("ms")
+    mean = pipe.get("mean_bubble_rate")
     ax.set_title(f"pipeline schedule, step {step}: {pipe.get('schedule', 'unknown')}, p={pipe.get('p')}, "
-                 f"m={pipe.get('m')}", fontsize=10, loc="left")
+                 f"m={pipe.get('m')}; bubble per stage (left): this step's"
+                 + (f" (over all steps and stages: {100 * mean:.0f}%)" if isinstance(mean, (int, float)) else ""),
+                 fontsize=10, loc="left")
     ax.legend([plt.Rectangle((0, 0), 1, 1, color=COLORS["compute"]),
                plt.Rectangle((0, 0), 1, 1, facecolor=COLORS["bubble"], alpha=0.35, hatch="//")],
               ["compute", "bubble"], fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))

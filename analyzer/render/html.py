@@ -237,7 +237,10 @@ def _figure_pieces(report: dict, job: Any) -> Iterator[str]:
             out.append(_img(fg.timeline(job, report, worst, f"worst step {worst}"), f"timeline of step {worst}",
                             "The step with the longest mean step time over the ranks (the one that cost the job most)."))
         out.append(_img(fg.pipeline(job, report, rep), "pipeline schedule",
-                        "One rank per pipeline stage; hatched red = bubble (no compute inside the stage's window)."))
+                        "One rank per pipeline stage, in this one step; hatched red = bubble (no compute inside "
+                        "the stage's window). The bubble beside each stage is this step's; the pipeline's headline "
+                        "bubble (findings, cross_rank.pipeline.mean_bubble_rate) is the mean over every step and "
+                        "stage."))
     heat = [fg.heatmap(report, "step_time_us", "step time per rank and step: % vs the step's median rank",
                        relative=True),
             fg.heatmap(report, "wait_us" if _has(report, "wait_us") else "exposed_comm_us",
@@ -288,7 +291,9 @@ def _figure_pieces(report: dict, job: Any) -> Iterator[str]:
         if bw:
             out.append("<h2>Bus bandwidth</h2>")
             out.append(_img(bw, "bus bandwidth per collective size",
-                            "Bus bandwidth (nccl-tests factors) per collective size, against nominal link peaks."))
+                            "Bus bandwidth (nccl-tests factors) per collective size (log\u2082 axis in KiB / MiB / "
+                            "GiB, a tick at each size used when they are few), against the nominal peak of each "
+                            "link class (dashed, labelled in the right margin)."))
     yield from out
 
 
