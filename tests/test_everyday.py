@@ -246,3 +246,22 @@ def test_size_ticks_and_units():
     t = size_ticks(many)
     assert len(t) <= 11 and t[0] == 1024 and all(np.log2(x).is_integer() for x in t)
     assert size_ticks(np.array([8 << 20, 8 << 20, 1 << 20])) == [1 << 20, 8 << 20]
+
+
+def test_post_mortem_table_left_aligns_its_words(tmp_path):
+    """The hang post-mortem's cause (a sentence), group and op are words: left-aligned, numbers right."""
+    html, md = tmp_path / "r.html", tmp_path / "r.md"
+    main([str(ROOT / "fixtures/sim/hang_mismatched_op"), "-q", "--jobs", "1", "--html", str(html), "--markdown",
+          str(md), "-o", str(tmp_path / "r.txt")])
+    page = html.read_text()
+    table = page[page.index("<h2>Hang post-mortem</h2>"):]
+    table = table[:table.index("</table>")]
+    head = table[table.index("<tr>"):table.index("</tr>")]
+    assert head.count('<th class="txt">') == 3 and '<th class="txt">cause</th>' in head
+    row = table[table.index("<tbody><tr"):]
+    cells = row.split("<td")[1:]
+    assert [c.startswith(' class="txt"') for c in cells] == [False, True, False, True, False, False, True]
+    assert "td.txt,th.txt{text-align:left}" in page
+    lines = md.read_text().splitlines()
+    i = lines.index("### Hang post-mortem")
+    assert lines[i + 3] == "| --- | --- | ---: | --- | ---: | ---: |"
