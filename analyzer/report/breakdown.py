@@ -10,9 +10,11 @@ durations, so streams that overlap count twice; the class shares are of that sum
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
-import pandas as pd
+if TYPE_CHECKING:  # a run without traces (a hang folder) never imports pandas
+    import pandas as pd
+
 
 #: the kernel classes in the order the reports show them (any other kind the parser gives comes after)
 KERNEL_CLASSES = ("compute", "comm", "memcpy", "memset")
@@ -47,7 +49,7 @@ def breakdown_section(job: Any, sm: Any) -> dict:
     """``{per_rank: [{rank, steps, step_us, compute_us, non_compute_us, idle_us, idle_split{host, peer,
     kernel_wait, other} | null, kernel_us{class: µs}, shares{…}}], device}`` from the step metrics ``sm`` (ns, per rank and
     step) and each rank's idle and kernel tables (computed where the rank was parsed)."""
-    if sm is None or not len(sm) or "busy_ns" not in getattr(sm, "columns", ()):
+    if not getattr(job, "traces", None) or sm is None or not len(sm) or "busy_ns" not in getattr(sm, "columns", ()):
         return {"per_rank": [], "device": None}
     sm = sm[sm["step"] >= 0] if (sm["step"] >= 0).any() else sm
     sums = sm.groupby("rank")[["step_time_ns", "compute_ns", "busy_ns", "idle_ns"]].sum()
