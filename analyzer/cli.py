@@ -78,7 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="override a regression threshold, e.g. step_time=0.1 or busbw=20%% "
                            "(defaults in docs/json-schema.md)")
     p.add_argument("--jobs", type=_positive_int, default=None,
-                   help="worker processes for parsing (default: all cores; with --dask local, the cluster's workers)")
+                   help="at most this many worker processes for parsing (default: all cores; fewer, or none, when the input "
+                        "is too small to pay for them: docs/performance.md); with --dask local, the cluster's workers")
     p.add_argument("--dask", metavar="local|ADDRESS", default=None,
                    help="run the per-rank work on Dask (optional extra: pip install '.[dask]'): 'local' starts a "
                         "LocalCluster of --jobs workers; tcp://host:8786 uses a running scheduler whose workers "
