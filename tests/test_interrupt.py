@@ -68,7 +68,17 @@ def test_ctrl_c_with_the_pool_says_one_line(tmp_path, after, monkeypatch):
 @pytest.mark.parametrize("after", [0.0, 2.0])
 def test_ctrl_c_with_dask_local_says_one_line(tmp_path, after):
     pytest.importorskip("distributed")
+    import socket
+    busy = socket.socket()  # port 8787 (the scheduler's HTTP server) taken, as by another cluster: still one line
+    try:
+        busy.bind(("", 8787))
+        busy.listen()
+    except OSError:
+        pass  # already taken
     # after 0: while the cluster starts (its workers are being spawned); later: while they parse
-    code, out, err, files, left = _interrupt(tmp_path, ["--dask", "local"], children=1 if not after else 3,
-                                             after=after)
+    try:
+        code, out, err, files, left = _interrupt(tmp_path, ["--dask", "local"], children=1 if not after else 3,
+                                                 after=after)
+    finally:
+        busy.close()
     assert (code, err, out, files, left) == (130, "analyze: interrupted\n", "", [], [])

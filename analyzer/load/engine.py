@@ -286,8 +286,12 @@ class DaskEngine:
                 from multiprocessing import resource_tracker  # there again (it unblocks SIGINT after its start)
                 resource_tracker.ensure_running()
             self.client = None
+            import warnings
             try:
-                with _sigint_held():
+                with _sigint_held(), warnings.catch_warnings():
+                    # the scheduler's HTTP server takes another port when 8787 is taken (another cluster, another
+                    # run): harmless here (no dashboard is asked for), so not worth a warning on every run's stderr
+                    warnings.filterwarnings("ignore", message=r"Port \d+ is already in use", category=UserWarning)
                     self._cluster = LocalCluster(n_workers=max(1, int(workers)), threads_per_worker=1,
                                                  processes=True, dashboard_address=None, silence_logs=40)
                     self.client = Client(self._cluster, set_as_default=False)
