@@ -409,6 +409,13 @@ def host_stall(ctx: Context) -> Iterator[Finding]:
     if host:
         ev.append(Evidence(f"the cross-rank analysis attributes rank {s['rank']}'s lateness to the host"))
     worst = max(bad, key=bad.get)
+    split = next((r for r in ctx.section("breakdown").get("per_rank") or [] if r.get("rank") == worst), None)
+    sh = (split or {}).get("shares") or {}
+    if split and split.get("idle_split") and sh.get("idle_host") is not None:  # what the idle time waited for
+        ev.insert(0, Evidence(f"rank {worst}'s idle {pct(sh.get('idle'))} of the step: {pct(sh.get('idle_host'))} "
+                              f"waiting for the host to launch work, {pct(sh.get('idle_peer'))} for peers (the host "
+                              f"in a collective call), {pct(sh.get('idle_kernel_wait'))} launch latency, "
+                              f"{pct(sh.get('idle_other'))} other (time breakdown per rank)"))
     g = group_for_rank(ctx.groups(), worst) if some else None
     late = host or (s is not None and s["rank"] in bad)
     # one definition of an idle share everywhere: Σ idle / Σ step time (the headline's, over these ranks)
@@ -425,7 +432,13 @@ def host_stall(ctx: Context) -> Iterator[Finding]:
                   severity="info" if whole else "warning", confidence=0.85 if (host or some) else 0.6,
                   evidence=ev, cost=share,
                   subject=Subject(ranks=sorted(bad), process_group=None if g is None else str(g.get("name"))),
-                  involved=set(bad) | (_all_ranks(ctx) if late else set()))
+                  involved=set(bad) | (_all_ranks(ctx) if late else set()),
+                  extra={"confidence_basis": "of the diagnosis: the host, not the GPU's own work, leaves it idle; "
+                                             "the idle share is measured" + (
+                                                 "" if (host or some) else
+                                                 "; not higher: every rank idles and the cross-rank analysis "
+                                                 "blames no rank's host for its lateness, so a cause common to "
+                                                 "all (a small batch, the model's launch overhead) fits as well")})
 
 
 @rule("LOAD004", "Uneven work in one step (short batch on some ranks)", "warning",

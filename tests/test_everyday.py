@@ -265,3 +265,15 @@ def test_post_mortem_table_left_aligns_its_words(tmp_path):
     lines = md.read_text().splitlines()
     i = lines.index("### Hang post-mortem")
     assert lines[i + 3] == "| --- | --- | ---: | --- | ---: | ---: |"
+
+
+def test_idle_finding_rests_on_the_idle_split_and_says_what_its_confidence_is_of(tmp_path):
+    out = tmp_path / "r.json"
+    assert main([str(ROOT / "fixtures/corpus/param-dlrm_kineto"), "-q", "--jobs", "1", "--json", str(out),
+                 "-o", str(tmp_path / "r.txt")]) in (0, 1)
+    top = json.loads(out.read_text())["findings"][0]
+    assert top["id"] == "LOAD003"
+    assert top["evidence"][0]["text"].startswith("rank 7's idle 78.7% of the step: 62.2% waiting for the host")
+    assert top["confidence"] == 0.6 and top["confidence_basis"].startswith(
+        "of the diagnosis: the host, not the GPU's own work, leaves it idle; the idle share is measured; not higher:")
+    assert "confidence 60% (of the diagnosis" in (tmp_path / "r.txt").read_text()
