@@ -162,8 +162,11 @@ class _sigint_held:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
         if self._handler is not None:
             signal.signal(signal.SIGINT, self._handler)
-            if self.pressed and exc[0] is None and self._handler is signal.default_int_handler:
-                raise KeyboardInterrupt
+            if self.pressed and exc[0] is None:
+                if self._handler is signal.default_int_handler:
+                    raise KeyboardInterrupt
+                if callable(self._handler):  # a library caller's own handler gets the Ctrl-C it missed
+                    self._handler(signal.SIGINT, None)
 
 
 def _quiet_worker() -> None:
