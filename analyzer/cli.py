@@ -79,7 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="override a regression threshold, e.g. step_time=0.1 or busbw=20%% "
                            "(defaults in docs/json-schema.md)")
     p.add_argument("--jobs", type=_positive_int, default=None,
-                   help="worker processes for parsing (default: all cores; with --dask local, the cluster's workers)")
+                   help="at most this many worker processes for parsing (default: all cores; fewer, or none, when the input "
+                        "is too small to pay for them: docs/performance.md); with --dask local, the cluster's workers")
     p.add_argument("--dask", metavar="local|ADDRESS", default=None,
                    help="run the per-rank work on Dask (optional extra: pip install '.[dask]'): 'local' starts a "
                         "LocalCluster of --jobs workers; tcp://host:8786 uses a running scheduler whose workers "
@@ -344,6 +345,9 @@ def _analyse_and_write(args: argparse.Namespace, thresholds: dict, engine: Any, 
             return EXIT_USAGE
     code = EXIT_OK
     out = _Stdout()
+    if not analysis.analysed and args.output is None and args.format is None:
+        # the default text report was not asked for: stderr has said why, the reports asked for say so too
+        targets = [t for t in targets if t != ("text", None)]
     for fmt, path in targets:
         if fmt == "json" and path is not None:  # bytes straight to the file (no text copy of a large report)
             code = _write_json(analysis.report, path) or code
@@ -379,12 +383,14 @@ def _write_html(analysis: Any, path: str) -> int:
     """Write the HTML report to ``path`` as it is made (guarded as :func:`guard_ci_lines` guards a document);
     EXIT_USAGE (said on stderr) when the file cannot be written."""
     from analyzer.render.html import write_html
+    existed = os.path.exists(path)
     try:
         with open(path, "w", encoding="utf-8") as fh:
             try:
                 write_html(analysis.report, analysis.job, fh)
             except BaseException:
                 fh.truncate(0)  # never a partial page
+                _drop_new(path, existed)
                 raise
     except OSError as exc:
         print(f"analyze: error: cannot write {_one_line(path)}: {_one_line(exc.strerror or exc)}", file=sys.stderr)
@@ -392,16 +398,27 @@ def _write_html(analysis: Any, path: str) -> int:
     return 0
 
 
+def _drop_new(path: str, existed: bool) -> None:
+    """Remove a report file this run created and could not finish (Ctrl-C, a crash): no empty file is left."""
+    if not existed:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+
 def _write_json(report: dict, path: str) -> int:
     """Write the JSON report to ``path``; EXIT_USAGE (said on stderr) when the file cannot be written. Its
     strings went through the sanitiser and JSON text cannot start a line with one, so no CI guard is needed."""
     from analyzer.render.json_out import write_json
+    existed = os.path.exists(path)
     try:
         with open(path, "wb") as fh:
             try:
                 write_json(report, fh)
             except BaseException:
                 fh.truncate(0)  # never a partial document a CI step could read as the report
+                _drop_new(path, existed)
                 raise
     except OSError as exc:
         print(f"analyze: error: cannot write {_one_line(path)}: {_one_line(exc.strerror or exc)}", file=sys.stderr)

@@ -141,6 +141,23 @@ def classify(path: Path) -> InputFile:
     return InputFile(str(path), UNKNOWN, "text, not a trace or log (no NCCL, watchdog or profiler content)")
 
 
+#: Files that sit beside traces in a run folder or a test fixture and are never inputs: a fixture's or the
+#: simulator's ground truth (expected.json, scenario.json, truth.json, facts.json), documentation and scripts.
+#: When their content is not an input either, they are counted (``inputs.ignored``) instead of listed as skipped.
+KNOWN_NON_INPUT_NAMES = frozenset({"expected.json", "scenario.json", "truth.json", "facts.json"})
+KNOWN_NON_INPUT_SUFFIXES = frozenset({".md", ".rst", ".py", ".sh", ".ipynb"})
+
+
+def known_non_input(f: InputFile) -> bool:
+    """True for a file classified unknown whose name says it is documentation, a script or a fixture's ground
+    truth: not worth a line among the skipped inputs."""
+    if f.kind != UNKNOWN:
+        return False
+    name = os.path.basename(f.path).lower()
+    return name in KNOWN_NON_INPUT_NAMES or name.startswith("readme") or \
+        os.path.splitext(name)[1] in KNOWN_NON_INPUT_SUFFIXES
+
+
 def _shape(path: Path, head: bytes) -> LogShape:
     """How the text's marker lines read (parsers/log_shape.py): its head, or its tail when the head holds none
     (a long log whose failure is at the end)."""

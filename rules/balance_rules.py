@@ -136,15 +136,16 @@ def straggler_info(ctx: Context) -> Optional[dict]:
     last = frac(row.get("pct_last")) or 0.0
     imposed = num(row.get("wait_imposed_us")) or 0.0
     ev = [Evidence(f"the other ranks waited for rank {rank} alone {(num(row.get('delay_per_step_us')) or 0) / 1000:.2f} "
-                   f"ms per step ({pct(delay)} of the step, threshold straggler_cost_min {pct(dmin)}; {pct(share)} "
-                   f"of all waiting for a single rank, threshold "
+                   f"ms per step (the step's delay it caused: its longest hold-up in the step, counted once, not "
+                   f"per waiting rank; {pct(delay)} of the step, threshold straggler_cost_min {pct(dmin)}; "
+                   f"{pct(share)} of all waiting for a single rank, threshold "
                    + (f"straggler_share_min {pct(smin)})" if share >= smin else
                       f"straggler_share_consistent {pct(scons)} with a consistent excess or more work)")),
           Evidence(f"it arrives last at {pct(last)} of the collectives with a clear last arrival (times last: "
-                   f"{row.get('times_last')}); wait imposed on the others "
-                   + (f"{imposed / n_steps / 1000:.2f} ms per step ({imposed / 1000:.2f} ms summed over {n_steps} "
-                      f"step{'s' if n_steps != 1 else ''})" if n_steps else f"{imposed / 1000:.2f} ms summed over "
-                      "the trace"))]
+                   f"{row.get('times_last')}); the waiting it imposed, summed over every rank that waited for it "
+                   "and every collective it was last in (so not comparable with the delay above): "
+                   + (f"{imposed / n_steps / 1000:.2f} ms per step, {imposed / 1000:.2f} ms over {n_steps} "
+                      f"step{'s' if n_steps != 1 else ''}" if n_steps else f"{imposed / 1000:.2f} ms over the trace"))]
     named = s.get("straggler") == rank
     comp = _compute_straggler(ctx)
     said = ("the others waited for", "it arrived last", "it arrives last") + \
@@ -164,7 +165,35 @@ def straggler_info(ctx: Context) -> Optional[dict]:
         conf = _straggler_confidence(delay, share, int(row.get("steps_held") or 0) / n_held, dmin, smin)
         if row.get("consistent_excess") and num(row.get("excess_confidence")) is not None:
             conf = max(conf, num(row.get("excess_confidence")))  # the analyzer's (cross_rank/stragglers.py)
-    return {"rank": rank, "cost": min(1.0, delay), "attribution": attribution, "confidence": conf, "evidence": ev}
+    basis = confidence_basis(rank, attribution, conf, delay, share, int(row.get("steps_held") or 0), n_held,
+                             dmin, smin, str(s.get("evidence") or "") if named else "")
+    return {"rank": rank, "cost": min(1.0, delay), "attribution": attribution, "confidence": conf, "evidence": ev,
+            "confidence_basis": basis}
+
+
+def confidence_basis(rank: int, attribution: str, conf: float, delay: float, share: float, held: int, n_held: int,
+                     dmin: float, smin: float, section_evidence: str = "") -> str:
+    """What a straggler's confidence is of, and what keeps it from 100 %, in words: the confidence is that this
+    rank is the one the others wait for (and, when known, why); the cost is measured, not guessed. Its parts
+    (cross_rank/stragglers.py): the margins over both thresholds, the steps in which the rank held up most,
+    a close runner-up, no consistent excess of its own."""
+    what = f"of the diagnosis: rank {rank} is the rank the others wait for" + (
+        f", and its {attribution} is why" if attribution not in ("unknown", "") else "") + \
+        "; the cost is measured"
+    if conf >= 0.995:
+        return what
+    why = []
+    if dmin > 0 and delay < 2 * dmin:
+        why.append(f"its delay is {pct(delay)} of the step (full marks from {pct(2 * dmin)})")
+    if smin < 1 and share < 1:
+        why.append(f"it holds {pct(share)} of the waiting for a single rank (full marks at 100%)")
+    if n_held and held < n_held:
+        why.append(f"it held the others up most in {held} of {n_held} steps")
+    if "also hold up their groups" in section_evidence:
+        why.append("another rank holds its group up almost as long")
+    if "may be the machine's" in section_evidence:
+        why.append("nothing it does exceeds its peers' beyond the noise (capped: the machine may be the cause)")
+    return what + ("; not higher: " + "; ".join(why) if why else "")
 
 
 @rule("LOAD001", "Straggler rank", "warning",
@@ -227,12 +256,15 @@ def straggler(ctx: Context) -> Iterator[Finding]:
         why = why.replace("a slower GPU", "a slower or busier CPU")
     weak = info["confidence"] < WEAK_STRAGGLER
     dmg = damage_note(ctx)
+    extra = {"attribution": info["attribution"]}
+    if info.get("confidence_basis"):
+        extra["confidence_basis"] = info["confidence_basis"]
     yield Finding(title=(f"Rank {r} may be a straggler" if weak else f"Rank {r} is a straggler")
                   + (f": {why}" if why else ""), confidence=info["confidence"],
                   severity="info" if weak else "warning", evidence=info["evidence"] + ([dmg] if dmg else []),
                   cost=info["cost"],
                   subject=Subject(ranks=[r], process_group=None if g is None else str(g.get("name"))),
-                  involved=_all_ranks(ctx) | {r}, extra={"attribution": info["attribution"]})
+                  involved=_all_ranks(ctx) | {r}, extra=extra)
 
 
 def damage_note(ctx: Context) -> Optional[Evidence]:
@@ -377,6 +409,13 @@ def host_stall(ctx: Context) -> Iterator[Finding]:
     if host:
         ev.append(Evidence(f"the cross-rank analysis attributes rank {s['rank']}'s lateness to the host"))
     worst = max(bad, key=bad.get)
+    split = next((r for r in ctx.section("breakdown").get("per_rank") or [] if r.get("rank") == worst), None)
+    sh = (split or {}).get("shares") or {}
+    if split and split.get("idle_split") and sh.get("idle_host") is not None:  # what the idle time waited for
+        ev.insert(0, Evidence(f"rank {worst}'s idle {pct(sh.get('idle'))} of the step: {pct(sh.get('idle_host'))} "
+                              f"waiting for the host to launch work, {pct(sh.get('idle_peer'))} for peers (the host "
+                              f"in a collective call), {pct(sh.get('idle_kernel_wait'))} launch latency, "
+                              f"{pct(sh.get('idle_other'))} other (time breakdown per rank)"))
     g = group_for_rank(ctx.groups(), worst) if some else None
     late = host or (s is not None and s["rank"] in bad)
     # one definition of an idle share everywhere: Σ idle / Σ step time (the headline's, over these ranks)
@@ -393,7 +432,13 @@ def host_stall(ctx: Context) -> Iterator[Finding]:
                   severity="info" if whole else "warning", confidence=0.85 if (host or some) else 0.6,
                   evidence=ev, cost=share,
                   subject=Subject(ranks=sorted(bad), process_group=None if g is None else str(g.get("name"))),
-                  involved=set(bad) | (_all_ranks(ctx) if late else set()))
+                  involved=set(bad) | (_all_ranks(ctx) if late else set()),
+                  extra={"confidence_basis": "of the diagnosis: the host, not the GPU's own work, leaves it idle; "
+                                             "the idle share is measured" + (
+                                                 "" if (host or some) else
+                                                 "; not higher: every rank idles and the cross-rank analysis "
+                                                 "blames no rank's host for its lateness, so a cause common to "
+                                                 "all (a small batch, the model's launch overhead) fits as well")})
 
 
 @rule("LOAD004", "Uneven work in one step (short batch on some ranks)", "warning",

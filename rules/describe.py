@@ -1,6 +1,7 @@
 """Human text about the rules: --list-rules, --explain ID, and the README's Markdown table."""
 from __future__ import annotations
 
+import re
 import textwrap
 from typing import Optional
 
@@ -22,29 +23,59 @@ def list_rules() -> str:
     return "\n".join(lines) + "\n"
 
 
+_INTERNAL = re.compile(r"\s*\([^()]*\bfixtures/[^()]*\)")
+_CODE = re.compile(r";?\s*\b(?:analyzer|parsers|rules)/[\w/]+\.py")  # a module path says nothing to a user
+
+
+def public(text: str) -> str:
+    """``text`` without what only the project's own developers can follow: parenthesised references to its
+    test fixtures, and clauses (``;``-separated) that cite them."""
+    text = re.sub(r"\s+([:;,)])", r"\1", _CODE.sub("", _INTERNAL.sub("", text)).replace("()", ""))
+    return "; ".join(c for c in text.split("; ") if "fixtures/" not in c and not c.startswith("real ")).strip()
+
+
+def _sentences(text: str, n: int) -> str:
+    """The first ``n`` sentences of a paragraph (a sentence ends at '. ' followed by a capital)."""
+    parts = re.split(r"(?<=[.!?])\s+(?=[A-Z])", " ".join(text.split()))
+    return " ".join(parts[:n])
+
+
 def explain(rule_id: str, thresholds: Optional[dict[str, float]] = None) -> str:
-    """Rationale (docstring), thresholds with current values, how to confirm, fix, and what it explains."""
+    """What the rule checks, why it matters, its thresholds (current values), an example, the fix and how to
+    confirm, in what a user can act on; the full rationale and where each number comes from are in
+    docs/rules.md."""
+    from rules.examples import EXAMPLES
     r = get_rule(rule_id)
     if r is None:
         raise KeyError(rule_id)
     thresholds = thresholds or {}
-    out = [f"{r.id}: {r.title}", f"severity: {r.severity} (default)", "", r.doc, ""]
+    paras = [p for p in r.doc.strip().split("\n\n") if p.strip()]
+    out = [f"{r.id}: {r.title} ({r.severity} by default)", ""]
+
+    def block(label: str, text: str) -> None:
+        text = public(text)
+        if text:
+            out.extend(textwrap.wrap(text, 100, initial_indent=f"{label:<9}", subsequent_indent=" " * 9))
+
+    block("checks:", _sentences(paras[0], 2) if paras else r.title)
+    if len(paras) > 1:
+        block("why:", _sentences(paras[1], 1))
     if r.thresholds:
-        out.append("thresholds (--threshold NAME=VALUE, or [tool.analyze.thresholds]):")
+        out.append("thresholds (change with --threshold NAME=VALUE or [tool.analyze.thresholds]):")
         for t in r.thresholds:
             cur = thresholds.get(t.name, t.default)
-            note = "" if cur == t.default else f" (default {_fmt(t.default)})"
-            out.append(f"  {t.name} = {_fmt(cur)} {t.unit}{note}")
-            out.extend("      " + s for s in textwrap.wrap(t.doc, 100))
-            if source_of(t):
-                out.extend("      " + s for s in textwrap.wrap("source: " + source_of(t), 100))
-        out.append("")
-    if r.confirm:
-        out += ["how to confirm:"] + ["  " + s for s in textwrap.wrap(r.confirm, 100)] + [""]
+            note = "" if cur == t.default else f", default {_fmt(t.default)}"
+            out.extend(textwrap.wrap(f"{t.name} = {_fmt(cur)} ({t.unit}{note}): {public(_sentences(t.doc, 1))}",
+                                     100, initial_indent="  ", subsequent_indent="      "))
+    if r.id in EXAMPLES:
+        block("example:", EXAMPLES[r.id])
     if r.fix:
-        out += ["fix:"] + ["  " + s for s in textwrap.wrap(r.fix, 100)] + [""]
+        block("fix:", r.fix)
+    if r.confirm:
+        block("confirm:", r.confirm)
     if r.explains:
-        out += [f"reports findings of {', '.join(r.explains)} on the same ranks/group as its consequences", ""]
+        out.append(f"lists {', '.join(r.explains)} under it when they concern the same ranks or group")
+    out += [f"more: the full rationale and where each threshold comes from in docs/rules.md ({r.id})", ""]
     return "\n".join(out)
 
 

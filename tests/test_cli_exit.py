@@ -143,3 +143,20 @@ def test_bad_numeric_options_exit_2(args, message, capsys):
         code = exc.code
     assert code == 2
     assert message in capsys.readouterr().err
+
+
+def test_empty_folder_with_a_report_file_prints_no_text_report(tmp_path, capsys):
+    """docs/exit-codes.md: nothing analysed — the message goes to stderr, the default text report is not printed,
+    the report asked for (--junit) is written and says so."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    junit = tmp_path / "r.xml"
+    assert main([str(empty), "--junit", str(junit), "-q"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert "nothing was analysed" in err
+    root = ET.parse(junit).getroot()
+    assert root.get("errors") == "1"
+    # the text report asked for explicitly is still written
+    assert main([str(empty), "--format", "text", "-q"]) == 2
+    assert "FAIL: nothing was analysed" in capsys.readouterr().out

@@ -17,7 +17,8 @@ from analyzer.report.base import clean, frame_records
 JOB = "fixtures/real-cpu/ddp-straggler"
 
 
-def test_on_ranks_answers_where_the_ranks_were_parsed_as_the_full_trace_would():
+def test_on_ranks_answers_where_the_ranks_were_parsed_as_the_full_trace_would(monkeypatch):
+    monkeypatch.setenv("ANALYZE_POOL_BYTES", "0")  # the pool even for this small job
     a = analyzer.load(JOB, jobs=2)  # pool: the interval sets stay in the workers' scratch files
     job = a.job
     windows, expected = {}, {}
@@ -106,4 +107,8 @@ def test_cli_json_write_that_fails_leaves_no_partial_document(tmp_path):
     out = tmp_path / "r.json"
     with pytest.raises(TypeError):
         _write_json({"ok": [1, 2, 3], "bad": {1: "x"}}, str(out))
-    assert out.read_bytes() == b""
+    assert not out.exists()  # a file this run made is removed
+    out.write_bytes(b'{"old": 1}')
+    with pytest.raises(TypeError):
+        _write_json({"ok": [1, 2, 3], "bad": {1: "x"}}, str(out))
+    assert out.read_bytes() == b""  # one that was there is emptied: never a partial document

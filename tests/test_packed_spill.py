@@ -41,6 +41,7 @@ def test_report_with_rows_in_the_file_is_the_same(folder, monkeypatch):
     monkeypatch.chdir(ROOT)
     want = report_json(analyzer.load(folder, jobs=1).report)
     monkeypatch.setattr(pk.RowStore, "KEEP_BYTES", 0)
+    monkeypatch.setenv("ANALYZE_POOL_BYTES", "0")  # the pool even for this small job
     a = analyzer.load(folder, jobs=2)
     t = next(iter(a.job.traces.values()))
     assert isinstance(t.packed("collectives")._rows, pk.Spilled)

@@ -206,7 +206,7 @@ def test_github_workspace_is_the_base_and_a_path_outside_stays_absolute(tmp_path
 
 def test_threshold_takes_a_percentage_and_refuses_one_for_a_count(capsys):
     assert main(["--threshold", "idle_share_max=50%", "--explain", "LOAD003"]) == 0
-    assert "idle_share_max = 0.5 fraction" in capsys.readouterr().out
+    assert "idle_share_max = 0.5 (fraction, default 0.15)" in capsys.readouterr().out
     with pytest.raises(SystemExit) as exc:
         main([str(CPU4), "-q", "--threshold", "busbw_min_bytes=50%"])
     assert exc.value.code == 2 and "busbw_min_bytes is in bytes, not a fraction" in capsys.readouterr().err

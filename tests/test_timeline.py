@@ -272,3 +272,30 @@ def test_post_mortem_timeline_keeps_the_latest_entries_under_the_limit(tmp_path)
     doc = json.loads(out.read_text())
     assert len(doc["traceEvents"]) <= 60 and doc["otherData"]["flight_recorder_entries_left_out"] > 0
     assert "left out" in doc["otherData"]["thinned"]
+
+
+def _strictly_inside(by_track: dict, e: dict) -> bool:
+    """Some slice on the flow start's track holds its time strictly inside (a launch), or from its begin on (a
+    collective whose next member arrived at the same time): never on its end, where Perfetto may bind none."""
+    lo_ok = (lambda x: x["ts"] <= e["ts"]) if e["cat"] == "collective" else (lambda x: x["ts"] < e["ts"])
+    return any(lo_ok(x) and e["ts"] < x["ts"] + x["dur"] for x in by_track[(e["pid"], e["tid"])])
+
+
+def test_every_flow_starts_strictly_inside_its_slice(tmp_path):
+    """Perfetto binds a flow start to the slice enclosing its time: an arrow leaving a launch call exactly at the
+    call's end may bind to none. The 16-rank simulated job's launch and collective arrows all start inside."""
+    out = tmp_path / "t.json"
+    assert main([str(ROOT / "fixtures/sim/tp_pp_dp_1f1b_straggler"), "-q", "--jobs", "1", "--timeline", str(out),
+                 "-o", str(tmp_path / "r.txt")]) in (0, 1)
+    d = json.loads(out.read_text())
+    ev = d["traceEvents"]
+    assert len({e["pid"] for e in ev if e["ph"] == "X"}) == 16
+    by = defaultdict(list)
+    for e in ev:
+        if e["ph"] == "X" and e.get("dur", 0) > 0:
+            by[(e["pid"], e["tid"])].append(e)
+    starts = [e for e in ev if e["ph"] == "s"]
+    launches = [e for e in starts if e["cat"] == "launch"]
+    assert len(launches) == d["otherData"]["launch_flows"] > 1000
+    outside = [e for e in starts if not _strictly_inside(by, e)]
+    assert outside == [], f"{len(outside)} of {len(starts)} flow starts on a slice edge, e.g. {outside[:2]}"

@@ -77,24 +77,121 @@ def _query_local(task: tuple) -> Any:
     return fn(side, arg)
 
 
-#: Files (by path) this small in all are parsed in this process: starting and feeding worker processes costs
-#: more than parsing a few small logs or dumps (a hang folder's whole run is then a fraction of a second).
-SERIAL_BYTES = 2 << 20
+#: Inflated input bytes each worker process must have to pay for itself: forking it, feeding it and bringing its
+#: results back cost about what parsing this much costs in this process (benchmarks/pool_choice.py). Below two
+#: workers' worth there is no pool at all; above, one worker per this many bytes, up to --jobs.
+#: ``ANALYZE_POOL_BYTES`` overrides it (0: always the pool of --jobs; for benchmarks).
+POOL_BYTES_PER_WORKER = 24 << 20
 
 
-def _small_files(items: Sequence[Any], limit: int = SERIAL_BYTES) -> bool:
-    """True when every item is a path to an existing file and together they hold under ``limit`` bytes."""
+def _bytes_per_worker() -> int:
+    try:
+        return max(0, int(os.environ.get("ANALYZE_POOL_BYTES", "")))
+    except ValueError:
+        return POOL_BYTES_PER_WORKER
+
+
+def _file_bytes(path: Any) -> Optional[int]:
+    """The bytes parsing ``path`` reads: a gzip file's inflated size (from its trailer: exact for one member
+    under 4 GiB, a lower bound otherwise), else the file's size; None when it is not a readable file."""
+    try:
+        size = os.stat(path).st_size
+        if size >= 18:
+            with open(path, "rb") as fh:
+                if fh.read(2) == b"\x1f\x8b":
+                    fh.seek(-4, os.SEEK_END)
+                    return max(size, int.from_bytes(fh.read(4), "little"))
+        return size
+    except (OSError, TypeError, ValueError):
+        return None
+
+
+def _item_bytes(item: Any) -> Optional[int]:
+    """How much one task reads: a path; a map_keep task (fn, path, scratch folder); a query (fn, kept pickle,
+    arg). None when it is data or unknown (then the pool is sized as before, by the items)."""
+    if isinstance(item, (str, os.PathLike)):
+        return _file_bytes(item)
+    if isinstance(item, tuple) and len(item) == 3 and (item[0] is None or callable(item[0])):
+        inner = item[1]
+        if inner is None:
+            return 0
+        if isinstance(inner, (str, os.PathLike)):
+            return _file_bytes(inner)
+    return None
+
+
+def pool_workers(items: Sequence[Any], workers: int, per_worker: Optional[int] = None) -> int:
+    """How many worker processes ``items`` pay for (1: run them in this process): one per ``per_worker`` bytes
+    they read, at most ``workers`` and one per item; the items' count when their size is unknown."""
+    workers = max(1, min(int(workers), len(items)))
+    per = _bytes_per_worker() if per_worker is None else per_worker
+    if workers <= 1 or per <= 0:
+        return workers
     total = 0
     for it in items:
-        if not isinstance(it, (str, os.PathLike)):
-            return False
+        n = _item_bytes(it)
+        if n is None:
+            return workers
+        total += n
+    return max(1, min(workers, total // per))
+
+
+class _sigint_held:
+    """Hold Ctrl-C while worker processes start. The forking thread blocks SIGINT, so a child forked or spawned
+    meanwhile inherits the block and never runs Python's handler (no KeyboardInterrupt traceback per worker);
+    in the main thread a Ctrl-C meanwhile is only noted (another thread may take the signal) and raised as
+    KeyboardInterrupt when the block ends, once the processes exist and can be stopped. No-op parts where
+    signal masks or handlers are not available."""
+
+    def __enter__(self) -> "_sigint_held":
+        import signal
+        import threading
+        self._old = self._handler = None
+        self.pressed = False
+        if threading.current_thread() is threading.main_thread():
+            def note(signum: int, frame: Any) -> None:
+                self.pressed = True
+            self._handler = signal.signal(signal.SIGINT, note)
+        if hasattr(signal, "pthread_sigmask"):
+            self._old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        import signal
+        if self._old is not None and signal.SIGINT not in self._old:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        if self._handler is not None:
+            signal.signal(signal.SIGINT, self._handler)
+            if self.pressed and exc[0] is None:
+                if self._handler is signal.default_int_handler:
+                    raise KeyboardInterrupt
+                if callable(self._handler):  # a library caller's own handler gets the Ctrl-C it missed
+                    self._handler(signal.SIGINT, None)
+
+
+def _quiet_worker() -> None:
+    """Pool worker start: ignore Ctrl-C (the parent stops the pool and says so, once) and let it through again."""
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+def _stop_pool(pool: ProcessPoolExecutor) -> None:
+    """End a pool at once: the workers terminated (they ignore Ctrl-C) and reaped; the pool's manager thread then
+    finds them gone, fails the pending tasks and ends (cancelling them here too would race it)."""
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    for p in procs:
         try:
-            total += os.stat(it).st_size
-        except OSError:
-            return False
-        if total >= limit:
-            return False
-    return True
+            p.terminate()
+        except (OSError, ValueError, AttributeError):
+            pass
+    for p in procs:
+        try:
+            p.join(timeout=5)
+        except (OSError, ValueError, AttributeError, AssertionError):
+            pass
+    pool.shutdown(wait=True)
 
 
 class LocalEngine:
@@ -110,7 +207,8 @@ class LocalEngine:
         items = list(items)
         out: list = []
         take = receive or (lambda r: r)
-        if self.workers <= 1 or len(items) <= 1 or _small_files(items):
+        n_workers = pool_workers(items, self.workers)
+        if n_workers <= 1:
             for i, it in enumerate(items):
                 out.append(take(fn(it)))
                 if progress:
@@ -120,11 +218,20 @@ class LocalEngine:
         if sys.platform != "win32":
             import multiprocessing as mp
             ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None
-        with ProcessPoolExecutor(max_workers=min(self.workers, len(items)), mp_context=ctx) as pool:
-            for i, res in enumerate(pool.map(fn, items, chunksize=1)):
-                out.append(take(res))
+        pool = ProcessPoolExecutor(max_workers=n_workers, mp_context=ctx,
+                                   initializer=_quiet_worker)
+        try:
+            with _sigint_held():  # the workers are forked here: none may see a Ctrl-C before it ignores it
+                futures = [pool.submit(fn, it) for it in items]  # (not pool.map: its clean-up cancels them, and
+            for i, fut in enumerate(futures):                    # Python 3.11's pool then fails on a Ctrl-C)
+                out.append(take(fut.result()))
+                futures[i] = None  # its result is not kept twice
                 if progress:
                     progress(i + 1, len(items), items[i])
+        except BaseException:  # Ctrl-C (or an error): stop the workers now instead of letting them finish
+            _stop_pool(pool)
+            raise
+        pool.shutdown(wait=True)
         return out
 
     def _scratch(self) -> str:
@@ -148,7 +255,7 @@ class LocalEngine:
         tasks = [(fn, h, a) for h, a in zip(handles, args)]
         if len(tasks) < 8:  # reading a few pickles costs less than starting workers
             return [_query_local(t) for t in tasks]
-        return self.map(_query_local, tasks)
+        return self.map(_query_local, tasks)  # sized by the kept pickles' bytes (pool_workers)
 
     def close(self) -> None:
         fin = getattr(self, "_finalizer", None)
@@ -176,9 +283,24 @@ class DaskEngine:
         self.address = address
         self._cluster = None
         if address == "local":
-            self._cluster = LocalCluster(n_workers=max(1, int(workers)), threads_per_worker=1, processes=True,
-                                         dashboard_address=None, silence_logs=40)
-            self.client = Client(self._cluster, set_as_default=False)
+            # the cluster's processes start with Ctrl-C held (inherited: they never see it, this process stops
+            # them); one pressed meanwhile arrives when the cluster is up, and closing it then is quiet
+            if sys.platform != "win32":  # started later, from the cluster's thread, it would let Ctrl-C through
+                from multiprocessing import resource_tracker  # there again (it unblocks SIGINT after its start)
+                resource_tracker.ensure_running()
+            self.client = None
+            import warnings
+            try:
+                with _sigint_held(), warnings.catch_warnings():
+                    # the scheduler's HTTP server takes another port when 8787 is taken (another cluster, another
+                    # run): harmless here (no dashboard is asked for), so not worth a warning on every run's stderr
+                    warnings.filterwarnings("ignore", message=r"Port \d+ is already in use", category=UserWarning)
+                    self._cluster = LocalCluster(n_workers=max(1, int(workers)), threads_per_worker=1,
+                                                 processes=True, dashboard_address=None, silence_logs=40)
+                    self.client = Client(self._cluster, set_as_default=False)
+            except BaseException:  # Ctrl-C while it started: stop what was started, then stop
+                _close_dask(self.client, self._cluster)
+                raise
         elif address.endswith(".json") and os.path.exists(address):
             self.client = Client(scheduler_file=address, set_as_default=False)
         else:
@@ -316,7 +438,8 @@ def _side_of(fn: Callable[[Any], tuple[Any, Any]], item: Any) -> Any:
 def _close_dask(client: Any, cluster: Any) -> None:
     """Close the client, and the LocalCluster when this engine started it."""
     try:
-        client.close()
+        if client is not None:
+            client.close()
     finally:
         if cluster is not None:
             cluster.close()

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from analyzer.load.damage import CutDamage, assess_job, drop_excluded
 from analyzer.load.engine import Engine, LocalEngine
-from parsers.discover import FR_DUMP, KINETO, NCCL_LOG, NCCL_RAS, STDERR, discover
+from parsers.discover import FR_DUMP, KINETO, NCCL_LOG, NCCL_RAS, STDERR, discover, known_non_input
 from parsers.errors import InputError
 from parsers.table import Table
 
@@ -64,6 +64,8 @@ class Job:
     lane_handles: dict = field(default_factory=dict, repr=False, compare=False)
     #: where world_size came from, in words (analyzer/load/world.py); "" when nothing showed it
     world_size_source: str = ""
+    #: files passed over without a line: documentation, scripts, a fixture's ground truth (parsers/discover.py)
+    ignored: list[str] = field(default_factory=list)
 
     @property
     def ranks(self) -> list[int]:
@@ -232,8 +234,9 @@ def load_job(paths: list[str | Path], jobs: Optional[int] = None,
     found, problems = discover(paths)
     records: list[FileRecord] = [FileRecord(p, "unknown", FAILED, msg) for p, msg in problems]
     trace_paths = [f.path for f in found if f.kind == KINETO]
+    ignored = [f.path for f in found if known_non_input(f)]  # README, scripts, a fixture's ground truth
     for f in found:
-        if f.kind not in (KINETO, NCCL_LOG, NCCL_RAS, FR_DUMP, STDERR):
+        if f.kind not in (KINETO, NCCL_LOG, NCCL_RAS, FR_DUMP, STDERR) and not known_non_input(f):
             records.append(FileRecord(f.path, f.kind, SKIPPED, f.reason))
 
     if engine is None:
@@ -328,6 +331,7 @@ def load_job(paths: list[str | Path], jobs: Optional[int] = None,
               world_size_source=ws.source)
     out.jobs = found_jobs
     out.ras_reports = ras
+    out.ignored = ignored
     return out
 
 

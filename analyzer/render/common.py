@@ -252,7 +252,9 @@ def group_role(g: dict) -> str:
     """A process group's role as the group tables show it: 'world (as ep)' when the world group is judged by
     the traffic it carries (cross_rank.process_groups judged_role), so the role a finding names is in the table."""
     role, judged = str(g.get("role") or ""), g.get("judged_role")
-    return f"{role} (as {judged})" if judged and str(judged) != role else role
+    if not judged or str(judged) in (role, "unknown"):  # traffic that says nothing (broadcasts only) adds nothing
+        return role
+    return f"{role} (as {judged})"
 
 
 def job_shape(report: dict) -> str:
@@ -268,3 +270,50 @@ def job_shape(report: dict) -> str:
     if pipe.get("detected"):
         parts.append(f"(pipeline {pipeline_shape(pipe)})")
     return " ".join(parts)
+
+
+def confidence_text(f: dict) -> str:
+    """'confidence 50% (that rank 7 is the rank the others wait for …; not higher: …)': the figure and, where
+    the rule says it (findings[].confidence_basis), what it is of and why it is not higher; '' without one."""
+    c = f.get("confidence")
+    if c is None:
+        return ""
+    basis = f.get("confidence_basis")
+    return f"confidence {c:.0%}" + (f" ({basis})" if basis else "")
+
+
+#: the breakdown's idle parts as the reports name them (report.breakdown, analyzer/report/breakdown.py)
+IDLE_PART_LABELS = (("host", "host"), ("peer", "peer"), ("kernel_wait", "launch"), ("other", "other"))
+
+
+def breakdown_table(report: dict) -> tuple[list[str], list[list[str]], str]:
+    """(headers, rows, note) of the per-rank time breakdown: step time split into compute / non-compute
+    (communication or memory work alone) / idle, the idle split by what it waited for, and (GPU traces) the
+    kernel time per class; ([], [], "") when the report has none."""
+    b = report.get("breakdown") or {}
+    rows = b.get("per_rank") or []
+    if not rows:
+        return [], [], ""
+    gpu = b.get("device") != "cpu"
+    classes = [c for c in ("compute", "comm", "memcpy", "memset") if any(c in (r.get("kernel_us") or {})
+                                                                          for r in rows)] if gpu else []
+    headers = ["rank", "step ms", "compute%", "non-comp%", "idle%"] + \
+        [f"{label}%" for _, label in IDLE_PART_LABELS] + [f"k.{c}%" for c in classes]
+    body = []
+    for r in rows:
+        sh = r.get("shares") or {}
+        n = max(1, int(r.get("steps") or 1))
+        body.append([str(r.get("rank")), ms((r.get("step_us") or 0) / n), pct(sh.get("compute")),
+                     pct(sh.get("non_compute")), pct(sh.get("idle"))]
+                    + [pct(sh.get(f"idle_{k}")) if r.get("idle_split") else "-" for k, _ in IDLE_PART_LABELS]
+                    + [pct(sh.get(f"kernel_{c}")) if c in (r.get("kernel_us") or {}) else "-" for c in classes])
+    device = "GPU" if gpu else "CPU"
+    note = (f"Shares of each rank's step time (step ms: mean per step), as HTA's temporal breakdown: compute = "
+            f"some compute running; non-comp = the {device} busy with communication or memory work only; idle = "
+            "nothing running (the three add up to 100%). The idle split, as HTA's idle-time breakdown (host + peer "
+            "+ launch + other = idle): host = waiting for the host to launch work (data loading, Python, a host "
+            "sync); peer = the host inside a collective call, waiting on other ranks; launch = launch latency "
+            "between queued kernels; other = the rest." + (
+                " k.<class>: the class's share of the summed kernel time (overlapping streams count twice)."
+                if classes else ""))
+    return headers, body, note

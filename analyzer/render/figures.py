@@ -8,6 +8,8 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.ticker  # noqa: E402,F401  (the size axis' locators)
+import matplotlib.transforms  # noqa: E402,F401  (the reference lines' labels in the margin)
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
@@ -263,6 +265,9 @@ def bandwidth(job: Any, report: dict) -> Optional[bytes]:
                                            if g.get("bytes") and g.get("mean_busbw_gbps")]
     if pts.empty:
         return None
+    pts = pts[pd.to_numeric(pts["bytes"], errors="coerce") > 0]
+    if pts.empty:
+        return None
     fig, ax = plt.subplots(figsize=(WIDTH * 0.8, 3.6))
     for (op, grp), marker in zip(pts.groupby("op"), "oxs^vD+*"):
         ax.scatter(grp["bytes"], grp["busbw_gbps"], s=16, alpha=0.7, label=str(op), marker=marker)
@@ -271,16 +276,43 @@ def bandwidth(job: Any, report: dict) -> Optional[bytes]:
         c, nominal = g.get("link_class"), g.get("nominal_busbw_gbps")
         if c and (nominal or c in LINK_PEAK_GBPS):
             peaks.setdefault(c, float(nominal) if nominal else LINK_PEAK_GBPS[c])
-    for c in sorted(peaks):
+    right = matplotlib.transforms.blended_transform_factory(ax.transAxes, ax.transData)
+    for c in sorted(peaks):  # the line across the plot, its label in the right margin: never under a marker
         ax.axhline(peaks[c], ls="--", lw=1, color="#666666")
-        ax.text(pts["bytes"].min(), peaks[c], f" {c} nominal {peaks[c]:g} GB/s", fontsize=7,
-                va="bottom", color="#444444")
-    ax.set_xscale("log")
-    ax.set_xlabel("message size, bytes")
+        ax.text(1.01, peaks[c], f"{c} nominal\n{peaks[c]:g} GB/s", transform=right, fontsize=7, va="center",
+                ha="left", color="#444444", clip_on=False)
+    ax.set_xscale("log", base=2)
+    lo, hi = float(pts["bytes"].min()), float(pts["bytes"].max())
+    ax.set_xlim(lo / 1.6, hi * 1.6)
+    ticks = size_ticks(pts["bytes"].to_numpy(dtype=float))
+    ax.set_xticks(ticks)
+    ax.set_xticklabels([human_bytes(t) for t in ticks], fontsize=8)
+    ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+    ax.set_xlabel("message size (log\u2082 scale)")
     ax.set_ylabel("bus bandwidth, GB/s")
-    ax.legend(fontsize=8, frameon=False)
+    ax.set_ylim(0, max([float(pts["busbw_gbps"].max())] + list(peaks.values())) * 1.12)
+    ax.legend(fontsize=8, frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=8)
     ax.grid(color="#dddddd", lw=0.5)
     return _png(fig)
+
+
+def human_bytes(n: float) -> str:
+    """'512 B', '64 KiB', '8 MiB', '1.5 GiB': binary units, as message sizes are powers of two."""
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{n:.3g} B"
+
+
+def size_ticks(sizes: np.ndarray, most: int = 10) -> list[float]:
+    """Ticks of a message-size axis: the sizes themselves when few are distinct (a tick at every size the
+    collectives used), else powers of two over their range, every one or every few."""
+    distinct = np.unique(sizes[sizes > 0])
+    if 0 < len(distinct) <= most:
+        return [float(x) for x in distinct]
+    lo, hi = int(np.floor(np.log2(distinct[0]))), int(np.ceil(np.log2(distinct[-1])))
+    step = max(1, int(np.ceil((hi - lo + 1) / most)))
+    return [float(2 ** k) for k in range(lo, hi + 1, step)]
 
 
 def pipeline(job: Any, report: dict, step: int) -> Optional[bytes]:
@@ -325,9 +357,54 @@ def pipeline(job: Any, report: dict, step: int) -> Optional[bytes]:
     ax.set_yticklabels(labels, fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel("ms")
+    mean = pipe.get("mean_bubble_rate")
     ax.set_title(f"pipeline schedule, step {step}: {pipe.get('schedule', 'unknown')}, p={pipe.get('p')}, "
-                 f"m={pipe.get('m')}", fontsize=10, loc="left")
+                 f"m={pipe.get('m')}; bubble per stage (left): this step's"
+                 + (f" (over all steps and stages: {100 * mean:.0f}%)" if isinstance(mean, (int, float)) else ""),
+                 fontsize=10, loc="left")
     ax.legend([plt.Rectangle((0, 0), 1, 1, color=COLORS["compute"]),
                plt.Rectangle((0, 0), 1, 1, facecolor=COLORS["bubble"], alpha=0.35, hatch="//")],
               ["compute", "bubble"], fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return _png(fig)
+
+
+#: the stacked parts of the time-breakdown bars: report.breakdown shares, label, colour (compute blue, the other
+#: device work orange, then the idle parts from the host's red to the neutral rest)
+BREAKDOWN_PARTS = (("compute", "compute", "#4C78A8"), ("non_compute", "communication / memory only", "#F58518"),
+                   ("idle_host", "idle: waiting for the host", "#E45756"),
+                   ("idle_peer", "idle: host in a collective (peers)", "#B279A2"),
+                   ("idle_kernel_wait", "idle: launch latency", "#EECA3B"), ("idle_other", "idle: other", "#BAB0AC"))
+
+
+def breakdown_bars(report: dict) -> Optional[bytes]:
+    """Per rank, a stacked bar of its step time: compute, communication / memory only, and the idle time split by
+    what it waited for (report.breakdown); past MAX_RANKS ranks, stacked areas over the rank axis."""
+    rows = (report.get("breakdown") or {}).get("per_rank") or []
+    if not rows:
+        return None
+    ranks = [r["rank"] for r in rows]
+    split = all(r.get("idle_split") for r in rows)
+    parts = [p for p in BREAKDOWN_PARTS if split or not p[0].startswith("idle_")]
+    if not split:
+        parts.append(("idle", "idle", COLORS["idle"]))
+    vals = np.array([[float((r.get("shares") or {}).get(k) or 0.0) * 100 for k, _, _ in parts] for r in rows])
+    x = np.arange(len(rows))
+    fig, ax = plt.subplots(figsize=(WIDTH, 3.4))
+    bottom = np.zeros(len(rows))
+    for i, (_, label, color) in enumerate(parts):
+        if len(rows) <= MAX_RANKS:
+            ax.bar(x, vals[:, i], 0.8, bottom=bottom, label=label, color=color, edgecolor="white", linewidth=0.3)
+        else:
+            ax.fill_between(x, bottom, bottom + vals[:, i], step="mid", label=label, color=color, lw=0)
+        bottom = bottom + vals[:, i]
+    ticks = _thin_ticks(len(rows))
+    ax.set_xticks(ticks)
+    ax.set_xticklabels([str(ranks[i]) for i in ticks], fontsize=8)
+    ax.set_xlim(-0.6, len(rows) - 0.4)
+    ax.set_xlabel("rank")
+    ax.set_ylabel("% of step time")
+    ax.set_ylim(0, 100)
+    ax.legend(fontsize=8, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.22), frameon=False)
+    ax.grid(axis="y", color="#dddddd", lw=0.5)
+    fig.subplots_adjust(bottom=0.34)
     return _png(fig)

@@ -6,7 +6,7 @@ from typing import Any, Iterable, Iterator, Optional, TextIO
 
 from analyzer.render import sanitize
 
-from analyzer.render.common import (has_unsplit, unsplit_note, group_role, consequence_lines, cost_text, evidence_texts, explained_by, mb, ms,
+from analyzer.render.common import (breakdown_table, confidence_text, has_unsplit, unsplit_note, group_role, consequence_lines, cost_text, evidence_texts, explained_by, mb, ms,
                                     pipeline_shape, nothing_analysed, num, pct, printable, ranges, skipped_summary, subject_text)
 
 CSS = """
@@ -26,7 +26,7 @@ figure{margin:12px 0;background:#fff;border:1px solid #e0e0e0;padding:8px}
 figure img{max-width:100%;height:auto;display:block} figcaption{color:#555;font-size:.9em;margin-top:4px}
 table{border-collapse:collapse;background:#fff;font-size:.88em;margin:8px 0}
 th,td{border:1px solid #ddd;padding:3px 8px;text-align:right} th{background:#f0f0f0}
-td:first-child,th:first-child{text-align:left}
+td:first-child,th:first-child,td.txt,th.txt{text-align:left}
 tr.hl td{background:#ffebee;font-weight:bold}
 details{margin:8px 0} summary{cursor:pointer;color:#1565c0}
 code{background:#f3f3f3;padding:0 3px}
@@ -47,19 +47,23 @@ def _img(png: Optional[bytes], alt: str, caption: str) -> str:
             f"<figcaption>{_e(caption)}</figcaption></figure>")
 
 
-def _table(headers: list[str], rows: Iterable[list[str]], highlight: Optional[set[int]] = None) -> str:
-    return "".join(_table_pieces(headers, rows, highlight))
+def _table(headers: list[str], rows: Iterable[list[str]], highlight: Optional[set[int]] = None,
+           left: frozenset = frozenset()) -> str:
+    return "".join(_table_pieces(headers, rows, highlight, left))
 
 
-def _table_pieces(headers: list[str], rows: Iterable[list[str]], highlight: Optional[set[int]] = None
-                  ) -> Iterator[str]:
+def _table_pieces(headers: list[str], rows: Iterable[list[str]], highlight: Optional[set[int]] = None,
+                  left: frozenset = frozenset()) -> Iterator[str]:
     """The table as pieces: its head, then one piece per row (``rows`` may be a generator: a 10,000-rank
-    job's per-step table is never held whole)."""
-    head = "".join(f"<th>{_e(h)}</th>" for h in headers)
+    job's per-step table is never held whole). ``left``: the columns of words (a cause), left-aligned like
+    the first; numbers stay right-aligned."""
+    head = "".join(f'<th class="txt">{_e(h)}</th>' if i in left else f"<th>{_e(h)}</th>"
+                   for i, h in enumerate(headers))
     yield f"<table><thead><tr>{head}</tr></thead><tbody>"
     for i, r in enumerate(rows):
         cls = ' class="hl"' if highlight and i in highlight else ""
-        yield f"<tr{cls}>" + "".join(f"<td>{_e(c)}</td>" for c in r) + "</tr>"
+        yield f"<tr{cls}>" + "".join(f'<td class="txt">{_e(c)}</td>' if j in left else f"<td>{_e(c)}</td>"
+                                     for j, c in enumerate(r)) + "</tr>"
     yield "</tbody></table>"
 
 
@@ -170,8 +174,7 @@ def _findings(report: dict) -> str:
         sev_cls = sev if sev in ("error", "warning", "info") else "info"
         subj = subject_text(f)
         ev = "".join(f"<li>{_e(e)}</li>" for e in evidence_texts(f))
-        meta = "; ".join(x for x in (subj, cost_text(f), f"confidence {f['confidence']:.0%}"
-                                     if f.get("confidence") is not None else "") if x)
+        meta = "; ".join(x for x in (subj, cost_text(f), confidence_text(f)) if x)
         out.append(f'<div class="finding {sev_cls}"><span class="sev">{_e(sev)}</span> '
                    f'<code>{_e(f.get("id", ""))}</code> <b>{_e(f.get("title", ""))}</b>'
                    + (f'<div class="meta">{_e(meta)}</div>' if meta else "")
@@ -198,7 +201,7 @@ def _hang(report: dict) -> str:
              d.get("cause") or ""] for d in hang.get("diagnoses") or []]
     from analyzer.render.wait_picture import wait_picture
     return ("<h2>Hang post-mortem</h2>" + wait_picture(report)
-            + _table(["kind", "group", "seq", "op", "culprit", "waiting", "cause"], rows))
+            + _table(["kind", "group", "seq", "op", "culprit", "waiting", "cause"], rows, left=frozenset({1, 3, 6})))
 
 
 def _baseline(report: dict) -> str:
@@ -240,7 +243,10 @@ def _figure_pieces(report: dict, job: Any) -> Iterator[str]:
             out.append(_img(fg.timeline(job, report, worst, f"worst step {worst}"), f"timeline of step {worst}",
                             "The step with the longest mean step time over the ranks (the one that cost the job most)."))
         out.append(_img(fg.pipeline(job, report, rep), "pipeline schedule",
-                        "One rank per pipeline stage; hatched red = bubble (no compute inside the stage's window)."))
+                        "One rank per pipeline stage, in this one step; hatched red = bubble (no compute inside "
+                        "the stage's window). The bubble beside each stage is this step's; the pipeline's headline "
+                        "bubble (findings, cross_rank.pipeline.mean_bubble_rate) is the mean over every step and "
+                        "stage."))
     heat = [fg.heatmap(report, "step_time_us", "step time per rank and step: % vs the step's median rank",
                        relative=True),
             fg.heatmap(report, "wait_us" if _has(report, "wait_us") else "exposed_comm_us",
@@ -269,6 +275,16 @@ def _figure_pieces(report: dict, job: Any) -> Iterator[str]:
                         "under compute; comm / exposed comm share = "
                         "fraction of the step." + (" One line per share, every rank a point." if
                                                    n_ranks > fg.MAX_RANKS else "")))
+    bd = fg.breakdown_bars(report)
+    if bd:
+        out.append("<h2>Time breakdown</h2>")
+        out.append(_img(bd, "time breakdown per rank",
+                        "Each rank's step time as HTA's temporal breakdown shows it — compute, communication or "
+                        "memory work alone, idle — with the idle time split by what it waited for (HTA's idle-time "
+                        "breakdown): the host to launch work, the host inside a collective call (other ranks), "
+                        "launch latency between queued kernels, the rest. The numbers are in the table "
+                        "'Time breakdown per rank' below."
+                        + (" Past 64 ranks, stacked areas over the rank axis." if n_ranks > fg.MAX_RANKS else "")))
     if job is not None and getattr(job, "traces", None):
         wm = fg.wait_matrix(job, report)
         bw = fg.bandwidth(job, report)
@@ -281,7 +297,9 @@ def _figure_pieces(report: dict, job: Any) -> Iterator[str]:
         if bw:
             out.append("<h2>Bus bandwidth</h2>")
             out.append(_img(bw, "bus bandwidth per collective size",
-                            "Bus bandwidth (nccl-tests factors) per collective size, against nominal link peaks."))
+                            "Bus bandwidth (nccl-tests factors) per collective size (log\u2082 axis in KiB / MiB / "
+                            "GiB, a tick at each size used when they are few), against the nominal peak of each "
+                            "link class (dashed, labelled in the right margin)."))
     yield from out
 
 
@@ -316,6 +334,10 @@ def _table_section_pieces(report: dict) -> Iterator[str]:
              "overlap %", "idle %", "last to arrive %"] + (["unsplit ms/step"] if unsplit else []),
             body, hl),
             len(rows))
+    headers, brows, note = breakdown_table(report)
+    if brows:
+        yield f"<h2>Time breakdown per rank</h2><p class=\"meta\">{_e(note)}</p>"
+        yield from _fold_pieces("time breakdown", _table_pieces(headers, brows), len(brows))
     out = []
     groups = cr.get("process_groups") or []
     if groups:

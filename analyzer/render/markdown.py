@@ -6,7 +6,7 @@ from typing import Any
 
 from analyzer.render import sanitize
 
-from analyzer.render.common import (has_unsplit, unsplit_note, group_role, consequence_lines, cost_text, evidence_texts, mb, ms, num, pct, printable,
+from analyzer.render.common import (breakdown_table, confidence_text, has_unsplit, unsplit_note, group_role, consequence_lines, cost_text, evidence_texts, mb, ms, num, pct, printable,
                                     ranges, skipped_summary, subject_text)
 
 DETAILS_OVER = 12  # tables longer than this fold into <details>
@@ -31,9 +31,10 @@ def _cell(c: Any) -> str:
     return _BARE_PIPE.sub("\\|", sanitize.text(c).replace("<", "&lt;").replace(">", "&gt;"))
 
 
-def md_table(headers: list[str], rows: list[list[str]], summary: str = "") -> list[str]:
-    """A GFM table; longer than DETAILS_OVER rows it folds into a collapsible <details> block."""
-    align = ["---" if i == 0 else "---:" for i in range(len(headers))]
+def md_table(headers: list[str], rows: list[list[str]], summary: str = "", left: frozenset = frozenset()) -> list[str]:
+    """A GFM table; longer than DETAILS_OVER rows it folds into a collapsible <details> block. ``left``: columns
+    of words (a cause), left-aligned like the first; numbers right-aligned."""
+    align = ["---" if i == 0 or i in left else "---:" for i in range(len(headers))]
     lines = ["| " + " | ".join(headers) + " |", "| " + " | ".join(align) + " |"]
     lines += ["| " + " | ".join(_cell(c) for c in r) + " |" for r in rows]
     if len(rows) > DETAILS_OVER:
@@ -100,8 +101,7 @@ def _findings(report: dict) -> list[str]:
                    f"{md_escape(f.get('title', ''))}" + (f" — {md_escape(subj)}" if subj else ""))
         for e in evidence_texts(f):
             out.append(f"   - {md_escape(e)}")
-        meta = [x for x in (cost_text(f), f"confidence {f['confidence']:.0%}" if f.get("confidence") is not None
-                            else "") if x]
+        meta = [x for x in (cost_text(f), confidence_text(f)) if x]
         if meta:
             out.append(f"   - _{md_escape('; '.join(meta))}_")
         if f.get("fix"):
@@ -121,7 +121,7 @@ def _hang(report: dict) -> list[str]:
              ranges(d.get("culprit_ranks") or []) or "-", ranges(d.get("waiting_ranks") or []) or "-"]
             for d in hang.get("diagnoses") or []]
     return ["", "### Hang post-mortem", ""] + md_table(["kind", "group", "seq", "op", "culprit ranks", "waiting"],
-                                                      rows, "hang diagnoses")
+                                                      rows, "hang diagnoses", left=frozenset({1, 3}))
 
 
 def _baseline(report: dict) -> list[str]:
@@ -164,6 +164,13 @@ def _ranks(report: dict) -> list[str]:
     return ["", "### Per-rank summary", ""] + md_table(
         ["rank", "mean step ms", "comm share %", "wait ms/step", "transfer ms/step", "exposed comm %", "overlap %",
          "idle %", "last to arrive %"] + (["unsplit ms/step"] if unsplit else []), body, "per rank")
+
+
+def _breakdown(report: dict) -> list[str]:
+    headers, rows, note = breakdown_table(report)
+    if not rows:
+        return []
+    return ["", "### Time breakdown per rank", "", md_escape(note), ""] + md_table(headers, rows, "time breakdown")
 
 
 def _groups(report: dict) -> list[str]:
@@ -215,6 +222,6 @@ def render_markdown(report: dict) -> str:
     """The report as a Markdown summary that pastes into an issue tracker."""
     out = _head(report)
     out[2:2] = _about(report)
-    out = out + _findings(report) + _hang(report) + _baseline(report) + _ranks(report) + _groups(report)
+    out = out + _findings(report) + _hang(report) + _baseline(report) + _ranks(report) + _breakdown(report) + _groups(report)
     out += _steps(report) + _problems(report)
     return sanitize.guard_ci_lines("\n".join(out) + "\n")

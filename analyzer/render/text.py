@@ -5,7 +5,7 @@ from typing import Any, Optional
 
 from analyzer.render import sanitize
 
-from analyzer.render.common import (has_unsplit, unsplit_note, group_role, consequence_lines, cost_text, evidence_texts, job_shape, mb, ms,  # noqa: F401
+from analyzer.render.common import (breakdown_table, confidence_text, has_unsplit, unsplit_note, group_role, consequence_lines, cost_text, evidence_texts, job_shape, mb, ms,  # noqa: F401
                                     pipeline_shape, nothing_analysed, num, pct, printable, ranges, skipped_summary, subject_text)
 
 
@@ -128,8 +128,7 @@ def _findings(report: dict, paint: _Painter) -> list[str]:
             out.append(f"      - {one_line(e)}")
         if len(ev) > MAX_EVIDENCE:
             out.append(f"      - ... {len(ev) - MAX_EVIDENCE} more (see --format json)")
-        extra = [x for x in (cost_text(f), f"confidence {f['confidence']:.0%}" if f.get("confidence") is not None
-                             else "") if x]
+        extra = [x for x in (cost_text(f), confidence_text(f)) if x]
         if extra:
             out.append("      " + paint("dim", "; ".join(extra)))
         if f.get("fix"):
@@ -185,7 +184,7 @@ def _per_rank(report: dict) -> list[str]:
     if unsplit:
         headers.insert(6, "unsplit ms")
     if strag:
-        headers += ["last%", "wait imposed ms"]
+        headers += ["last%", "imposed ms Σ"]
     body = []
     for r in rows:
         cells = [str(r.get("rank")), num(r.get("steps")), ms(r.get("mean_step_time_us")), pct(r.get("comm_share")),
@@ -198,7 +197,24 @@ def _per_rank(report: dict) -> list[str]:
             # wait_imposed_us is a sum over the steps: per step here, like every column of this table
             cells += [pct(s.get("pct_last")), ms(per_step_mean({"steps": r.get("steps"), **s}, "wait_imposed_us"))]
         body.append(cells)
-    return ["", "per rank (mean over steps):"] + table(headers, body)
+    note = (["  imposed ms Σ: the waiting a rank made the others do by arriving last, summed over the ranks that "
+             "waited (per step)"] if strag else [])
+    return ["", "per rank (mean over steps):"] + table(headers, body) + note
+
+
+def _breakdown(report: dict) -> list[str]:
+    """The per-rank time breakdown (HTA's temporal and idle-time breakdowns): at most MAX_STEP_ROWS ranks."""
+    headers, rows, note = breakdown_table(report)
+    if not rows:
+        return []
+    more = len(rows) - MAX_STEP_ROWS
+    out = ["", "time breakdown per rank (share of step time; what the idle time waited for):"]
+    out += table(headers, rows[:MAX_STEP_ROWS])
+    if more > 0:
+        out.append(f"  ... {more} more rank(s) (see --format json: breakdown.per_rank)")
+    import textwrap
+    out += textwrap.wrap(note, 116, initial_indent="  ", subsequent_indent="  ")
+    return out
 
 
 def _per_step(report: dict) -> list[str]:
@@ -303,6 +319,7 @@ def render_text(report: dict[str, Any], color: bool = False, verbose: Optional[b
     out += _hang(report, paint)
     out += _baseline(report, paint)
     out += _per_rank(report)
+    out += _breakdown(report)
     out += _per_step(report)
     out += _groups(report)
     out += _problems(report, bool(verbose))

@@ -575,6 +575,7 @@ def write_timeline(path: "str | os.PathLike[str]", report: dict, tin: Any,
                    max_events: int = DEFAULT_MAX_EVENTS) -> dict:
     """Write the trace to ``path`` (gzip when it ends in .gz), streamed; returns its otherData metadata."""
     p = os.fspath(path)
+    existed = os.path.exists(p)
     with open(p, "wb") as fh:
         try:
             if p.endswith(".gz"):
@@ -585,5 +586,10 @@ def write_timeline(path: "str | os.PathLike[str]", report: dict, tin: Any,
                 other = stream_timeline(report, tin, fh.write, max_events)
         except BaseException:
             fh.truncate(0)  # never a partial document a viewer (or a CI step) could take for the timeline
+            if not existed:  # nor an empty file this run made (Ctrl-C, a crash)
+                try:
+                    os.unlink(p)
+                except OSError:
+                    pass
             raise
     return other

@@ -41,6 +41,19 @@ def _us(ns: np.ndarray, t0: int) -> np.ndarray:
     return np.round((np.asarray(ns, dtype=np.int64) - t0) / 1000.0, 3)
 
 
+def flow_start(lo: np.ndarray, hi: np.ndarray, want: np.ndarray) -> np.ndarray:
+    """Where a flow leaves its slice [lo, hi) (ns): ``want`` when inside it, else the slice's middle.
+
+    Perfetto binds a flow's start to the slice enclosing its time, its begin included and its end not: a time
+    on the slice's end (a launch call that returns before its kernel starts) may bind to none or to the next
+    slice, so such an arrow starts in the middle instead (strictly inside; rounded down to whole ns, inside for
+    slices of 2 ns and more). ``want`` on the slice's begin stays (a collective whose next member arrived at
+    the same time: the arrow must not start after it ends)."""
+    lo, hi, want = (np.asarray(x, dtype=np.int64) for x in (lo, hi, want))
+    mid = lo + (hi - lo) // 2
+    return np.where((want >= lo) & (want < hi), want, mid)
+
+
 def _slices(df: pd.DataFrame, t0: int) -> list[dict]:
     """Complete ('X') events from a frame with pid, tid, name, cat, start, end (ns) and optional args."""
     if df.empty:

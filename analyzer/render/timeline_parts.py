@@ -24,6 +24,7 @@ import orjson
 import pandas as pd
 
 from analyzer.render import timeline_events as tl
+from analyzer.render.timeline_events import flow_start
 
 RANK_CLASSES = ("steps", "calls", "acts", "hosts")
 
@@ -207,7 +208,8 @@ def rank_launch(side: dict, arg: tuple) -> bytes:
         return b""
     h, ac = side["light"]["hosts"], side["light"]["acts"]
     k_start = ac["start"][as_]
-    ts_s, ts_f = tl._us(np.minimum(h["end"][hs], k_start), t0).tolist(), tl._us(k_start, t0).tolist()
+    ts_s = tl._us(flow_start(h["start"][hs], h["end"][hs], k_start), t0).tolist()  # inside the launch call
+    ts_f = tl._us(k_start, t0).tolist()
     ht, at = h["tid"][hs].tolist(), ac["tid"][as_].tolist()
     pid = side["pid"]
     out = []
@@ -387,7 +389,7 @@ def part_write(part: pd.DataFrame, arg: dict) -> bytes:
         fname = [f"send/recv #{int(q)} (group {g})" if k else f"{o} #{int(q)} (group {g})"
                  for o, q, g, k in zip(sub["op"].astype(str), sub["seq"], sub["process_group"].astype(str), p2p)]
         st, en = c["start"], c["end"]
-        us_s = tl._us(np.minimum(st[fb], en[fa]), t0).tolist()
+        us_s = tl._us(flow_start(st[fa], en[fa], st[fb]), t0).tolist()  # strictly inside the earlier slice
         us_f = tl._us(st[fb], t0).tolist()
         cp, ct = c["pids"], c["tids"]
         pa, ta, pb, tb = cp[fa].tolist(), ct[fa].tolist(), cp[fb].tolist(), ct[fb].tolist()

@@ -80,6 +80,10 @@ def usable(job: Job) -> bool:
 def nothing_analysed_reason(job: Job) -> str:
     """Why a run analysed nothing, in one line naming what was found instead."""
     n = len(job.files)
+    ignored = getattr(job, "ignored", None) or []
+    if not n and ignored:
+        return (f"only {len(ignored)} file(s) of documentation, scripts or test ground truth (e.g. "
+                f"{ignored[0]}), no trace, log or dump")
     if not n:
         return "no files under the given paths"
     failed = [f for f in job.files if f.status == "failed"]
@@ -146,6 +150,8 @@ def build_report(job: Job, metrics: bool = True) -> dict:
             "read": job.count("read"), "salvaged": job.count("salvaged"),
             "skipped": job.count("skipped"), "failed": job.count("failed"),
             "skipped_by_reason": skipped_by_reason(job.files),
+            # documentation, scripts, a fixture's ground truth: counted, not listed (parsers/discover.py)
+            **({"ignored": len(job.ignored)} if getattr(job, "ignored", None) else {}),
             **({"jobs": clean(job.jobs)} if job.jobs else {}),
         },
         "analysed": usable(job),
