@@ -126,6 +126,9 @@ _OOM_NEW_SPLIT = re.compile(r"Of the allocated memory " + _SIZE + r" is allocate
                             + r" is reserved by PyTorch but unallocated")
 _OOM_OLD = re.compile(r"\(GPU (\d{1,4}); " + _SIZE + r" total capacity; " + _SIZE + r" already allocated; " + _SIZE
                       + r" free; (?:" + _SIZE + r" allowed; )?" + _SIZE + r" reserved in total by PyTorch\)")
+# c10/core/impl/alloc_cpu.cpp: the host allocator's failure ("Buy new RAM!" on Windows, in GB)
+_OOM_CPU = re.compile(r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory): you tried to allocate "
+                      r"(\d{1,20})(GB)?")
 _XID = re.compile(r"\b(S?Xid) \((?:PCI:)?([0-9A-Fa-f:.]{1,32})\): (\d{1,6})(?:, pid=('?[^,\s]{0,64}'?))?"
                   r"(?:, name=('?[^,]{0,128}'?))?,? ?([^\n]{0,512})")
 _FALLEN = re.compile(r"GPU (?:at PCI:)?([0-9A-Fa-f:.]{1,32})[^\n]{0,128}?fallen off the bus")
@@ -200,7 +203,7 @@ def classify(body: str) -> list[dict]:
     if "NCCL" in body or "nccl" in body or "atchdog" in body:
         _nccl(body, rows)
     if "CUDA" in body or "ssert" in body or "CUBLAS" in body or "CUDNN" in body or "out of memory" in body \
-            or "OutOfMemoryError" in body:
+            or "OutOfMemoryError" in body or "CPUAllocator" in body:
         _cuda(body, rows)
     if "Xid" in body or "NVRM" in body or "ECC" in body:
         _gpu_driver(body, rows)
@@ -401,6 +404,13 @@ def _nccl_last_error(body: str, rows: list[dict]) -> None:
 
 
 def _cuda(body: str, rows: list[dict]) -> None:
+    if "CPUAllocator" in body:
+        m = _OOM_CPU.search(body)
+        if m:
+            n = int(m.group(1)) << (30 if m.group(2) else 0)
+            rows.append(dict(kind="oom", bytes_requested=n if n < 1 << 62 else -1, device="cpu",
+                             reason="host allocator"))
+            return
     if "out of memory" in body or "OutOfMemoryError" in body:
         w = _window(body, "out of memory" if "out of memory" in body else "OutOfMemoryError")
         row = dict(kind="oom")

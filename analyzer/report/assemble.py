@@ -49,6 +49,8 @@ def run_analysis(job: Job, options: Optional[Options] = None) -> dict:
     report["nccl"] = _section(report, "NCCL log", lambda: nccl_section(job))
     from analyzer.report.profile import profile_section
     report["profile"] = _section(report, "profile", lambda: profile_section(job))
+    from analyzer.report.memory import memory_section
+    report["memory"] = _section(report, "memory", lambda: memory_section(job, report))
     report["metrics"] = metrics_section(sm)  # in its place in the report's key order
     findings = run_rules(job, report, options.rule_config)
     report["warnings"] += notes[n_notes:]  # what happened on the engine meanwhile (a lost Dask worker's results rebuilt)
