@@ -211,10 +211,19 @@ def _problems(report: dict) -> list[str]:
     return ["", "### Input problems and warnings", ""] + lines
 
 
+def _memory(report: dict) -> list[str]:
+    from analyzer.render import memory_table as mt
+    rows = mt.peak_rows(report)
+    if not rows:
+        return []
+    return ["", "### Memory per rank", "", md_escape(mt.note(report)), ""] + md_table(mt.HEADERS, rows, "memory per rank")
+
+
 def render_markdown(report: dict) -> str:
     """The report as a Markdown summary that pastes into an issue tracker."""
     out = _head(report)
     out[2:2] = _about(report)
     out = out + _findings(report) + _hang(report) + _baseline(report) + _ranks(report) + _groups(report)
+    out += _memory(report)
     out += _steps(report) + _problems(report)
     return sanitize.guard_ci_lines("\n".join(out) + "\n")

@@ -1,0 +1,41 @@
+"""The memory section's per-rank peak table, one layout for text, Markdown and HTML (values from report.memory)."""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+HEADERS = ["rank", "device", "peak alloc MiB", "step", "reserved then MiB", "peak reserved MiB", "capacity MiB",
+           "activation MiB", "growth MiB/step", "peak op"]
+#: rows shown in text/Markdown (HTML folds a longer table); the JSON has every rank
+MAX_ROWS = 64
+
+
+def _mib(v: Any) -> str:
+    return "" if v is None else f"{float(v) / 2**20:.1f}"
+
+
+def _op(v: Optional[str]) -> str:
+    return "" if not v else (v if len(v) <= 48 else v[:47] + "…")
+
+
+def peak_rows(report: dict, limit: Optional[int] = MAX_ROWS) -> list[list[str]]:
+    """One row per rank and device; the first ``limit`` (None: all)."""
+    rows = ((report.get("memory") or {}).get("per_rank") or [])
+    if limit is not None:
+        rows = rows[:limit]
+    return [[str(r.get("rank")), str(r.get("device")), _mib(r.get("peak_allocated")), str(r.get("peak_step")),
+             _mib(r.get("reserved_at_peak")), _mib(r.get("peak_reserved")), _mib(r.get("capacity_bytes")),
+             _mib(r.get("activation_max")), _mib(r.get("rate_bytes_per_step")), _op(r.get("peak_op"))]
+            for r in rows]
+
+
+def n_rows(report: dict) -> int:
+    return len((report.get("memory") or {}).get("per_rank") or [])
+
+
+def note(report: dict) -> str:
+    """What the numbers are (host totals count only what was allocated while the profiler ran)."""
+    rows = (report.get("memory") or {}).get("per_rank") or []
+    host = any(r.get("device_type") == 0 for r in rows)
+    return ("allocated/reserved from profile_memory's events; activation = the step's peak minus what it started "
+            "with; growth = allocated at the step's end, per step" +
+            ("; host (cpu) totals count only what was allocated while the profiler ran" if host else ""))
