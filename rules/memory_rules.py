@@ -200,9 +200,11 @@ def oom(ctx: Context) -> Iterator[Finding]:
         o = os_[0]
         ev = []
         for x in os_[:3]:
-            where = f"{x.get('path')}:{x.get('line')}" if x.get("source") == "stderr" else "trace [OutOfMemory]"
+            where = (f"{x.get('path')}:{x.get('line')}" if x.get("source") == "stderr" else
+                     "trace [OutOfMemory]" + (f" in step {x['step']}" if x.get("step") is not None else ""))
             ask = x.get("bytes_requested") if x.get("source") == "stderr" else x.get("bytes")
             ev.append(Evidence(f"{where}: rank {rank if rank is not None else '?'} failed to allocate {mib(ask)}"
+                               + (f" on {x['device']}" if x.get("device") else "")
                                + (f" ({x['reason']})" if x.get("reason") else ""),
                                x.get("path") if x.get("source") == "stderr" else None,
                                x.get("line") if x.get("source") == "stderr" else None))

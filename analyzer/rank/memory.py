@@ -14,7 +14,7 @@ import pandas as pd
 
 
 #: the per-step memory table's columns (docs/json-schema.md `memory.per_rank[].steps`)
-MEMORY_STEP_COLUMNS = ("device_type", "device_id", "step", "start_ns", "end_ns", "allocated_start",
+MEMORY_STEP_COLUMNS = ("device_type", "device_id", "step", "start_ns", "end_ns", "peak_ns", "allocated_start",
                        "allocated_end", "peak_allocated", "reserved_at_peak", "peak_reserved", "peak_bytes",
                        "peak_op", "n_events")
 DEVICE_NAMES = {0: "cpu", 1: "cuda"}
@@ -87,6 +87,7 @@ def memory_steps(trace: Any) -> Optional[pd.DataFrame]:
         "reserved_at_peak": peak["reserved"],
         "peak_reserved": g["reserved"].max(),
         "peak_bytes": peak["bytes"],
+        "peak_ns": peak["ts"],
         "n_events": g.size(),
     }).reset_index()
     st = steps.drop_duplicates("step").set_index("step")
@@ -97,10 +98,14 @@ def memory_steps(trace: Any) -> Optional[pd.DataFrame]:
 
 
 def memory_ooms(trace: Any) -> list[dict]:
-    """The trace's ``[OutOfMemory]`` events: ts (ns), device, bytes asked, allocated and reserved then (at most 100)."""
+    """The trace's ``[OutOfMemory]`` events: ts (ns), the step they fall in (None outside steps), device, bytes
+    asked, allocated and reserved then (at most 100)."""
     mem = getattr(trace, "memory", None)
     if mem is None or not mem["oom"].any():
         return []
     o = mem[mem["oom"].to_numpy()].head(100)
-    return [{"ts_ns": int(r.ts), "device": device_name(r.device_type, r.device_id), "bytes": int(r.bytes),
-             "allocated": int(r.allocated), "reserved": int(r.reserved)} for r in o.itertuples()]
+    steps = trace.steps
+    st = _step_of(steps, o["ts"].to_numpy()) if steps is not None and len(steps) else [-1] * len(o)
+    return [{"ts_ns": int(r.ts), "step": int(k) if k >= 0 else None, "device": device_name(r.device_type, r.device_id),
+             "bytes": int(r.bytes), "allocated": int(r.allocated), "reserved": int(r.reserved)}
+            for r, k in zip(o.itertuples(), st)]

@@ -64,7 +64,8 @@ def _device_rows(rank: int, t: Any) -> list[dict]:
             "steps": [{"step": int(r.step), "allocated_start": int(r.allocated_start),
                        "allocated_end": int(r.allocated_end), "peak_allocated": int(r.peak_allocated),
                        "reserved_at_peak": int(r.reserved_at_peak), "peak_reserved": int(r.peak_reserved),
-                       "peak_op": r.peak_op if isinstance(r.peak_op, str) else None, "n_events": int(r.n_events)}
+                       "peak_op": r.peak_op if isinstance(r.peak_op, str) else None, "n_events": int(r.n_events),
+                       "start_ns": int(r.start_ns), "peak_ns": int(r.peak_ns), "end_ns": int(r.end_ns)}
                       for r in g.itertuples()],
         })
     return out
@@ -196,6 +197,7 @@ def memory_frame(section: dict) -> Any:
     import pandas as pd
     cols = ["rank", "device", "step", "allocated_start", "allocated_end", "peak_allocated", "reserved_at_peak",
             "peak_reserved", "peak_op", "n_events", "capacity_bytes"]
-    recs = [{"rank": r["rank"], "device": r["device"], **s, "capacity_bytes": r["capacity_bytes"]}
+    recs = [{"rank": r["rank"], "device": r["device"],
+             **{k: v for k, v in s.items() if not k.endswith("_ns")}, "capacity_bytes": r["capacity_bytes"]}
             for r in (section or {}).get("per_rank", []) for s in r["steps"]]
     return pd.DataFrame.from_records(recs, columns=cols)
