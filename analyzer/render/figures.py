@@ -250,8 +250,10 @@ def memory(report: dict) -> Optional[bytes]:
     ax.set_ylabel(unit)
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.grid(color="#dddddd", lw=0.5)
+    ax.set_ylim(bottom=0)
     if len(pick) <= MAX_TICKS:
-        ax.legend(fontsize=7, ncol=min(4, len(pick)), loc="upper left", frameon=False)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False,
+                  ncol=1 if len(pick) <= 16 else 2)
     return _png(fig)
 
 

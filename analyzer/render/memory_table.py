@@ -10,7 +10,10 @@ MAX_ROWS = 64
 
 
 def _mib(v: Any) -> str:
-    return "" if v is None else f"{float(v) / 2**20:.1f}"
+    if v is None:
+        return ""
+    t = f"{float(v) / 2**20:.1f}"
+    return "0.0" if t == "-0.0" else t
 
 
 def _op(v: Optional[str]) -> str:

@@ -25,6 +25,7 @@ def _growth(end: np.ndarray) -> dict:
         return {"rate_bytes_per_step": None, "growth_share": None, "steps_fitted": int(len(y))}
     x = np.arange(len(y), dtype=np.float64)
     slope = float(np.polyfit(x, y.astype(np.float64), 1)[0])
+    slope = 0.0 if abs(slope) < 0.5 else slope  # a flat series' rounding error, not a byte of growth
     d = np.diff(y)
     return {"rate_bytes_per_step": round(slope, 1), "growth_share": round(float((d > 0).mean()), 3),
             "steps_fitted": int(len(y))}
