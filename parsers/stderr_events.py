@@ -25,7 +25,7 @@ GUARD_TRIGRAMS = {
     b"ECC": b"ECC", b"NVRM": b"NVR", b"expected size": b"xpe", b"invalid tensor": b"nva", b"egmentation": b"egm",
     b"_STATUS_": b"US_", b"terminate called": b"rmi", b"got stuck": b"tuc", b"Root Cause": b"Cau",
     b"torch/distributed/elastic": b"d/e", b"torch.distributed.elastic": b"d.e", b"Duplicate GPU": b"upl",
-    b"by remote peer": b"emo", b"ncclIn": b"lIn", b"failed : ": b"d :", b"Got completion from peer": b"mpl", b"NCCL operations have failed": b"ns ",
+    b"by remote peer": b"emo", b"memory (MB)": b"(MB", b"GiB(": b"iB(", b"ncclIn": b"lIn", b"failed : ": b"d :", b"Got completion from peer": b"mpl", b"NCCL operations have failed": b"ns ",
 }
 GUARD_LITERALS = tuple(GUARD_TRIGRAMS)
 GUARD = re.compile(b"|".join(re.escape(g) for g in GUARD_LITERALS))
@@ -126,6 +126,16 @@ _OOM_NEW_SPLIT = re.compile(r"Of the allocated memory " + _SIZE + r" is allocate
                             + r" is reserved by PyTorch but unallocated")
 _OOM_OLD = re.compile(r"\(GPU (\d{1,4}); " + _SIZE + r" total capacity; " + _SIZE + r" already allocated; " + _SIZE
                       + r" free; (?:" + _SIZE + r" allowed; )?" + _SIZE + r" reserved in total by PyTorch\)")
+# Megatron-LM's report_memory (megatron/training/utils.py): "[Rank N] (after K iterations) memory (MB) | allocated: A |
+# max allocated: B | reserved: C | max reserved: D", MB = 2^20 bytes, printed by the first data-parallel rank
+_NUM = r"(\d{1,12}(?:\.\d{1,16})?)"
+_MEGATRON_MEM = re.compile(r"memory \(MB\) \| allocated: " + _NUM + r" \| max allocated: " + _NUM + r" \| reserved: "
+                           + _NUM + r" \| max reserved: " + _NUM)
+_MEGATRON_ITER = re.compile(r"\(after (\d{1,12}) iterations\)")
+# torchtitan's step line (torchtitan/components/metrics.py): "step: S  loss: L  [grad_norm: G  ]memory: X GiB(P%)
+#  tps: ...", X = torch.cuda.max_memory_reserved() since the last log line, P = X / the device's memory
+_TITAN_MEM = re.compile(r"step:\s{0,8}(\d{1,12})\b.{0,400}?memory:\s{0,8}" + _NUM + r"\s?GiB\s?\(" + _NUM + r"%\)")
+_ANSI = re.compile(r"\x1b\[[0-9;]{0,16}m")
 # c10/core/impl/alloc_cpu.cpp: the host allocator's failure ("Buy new RAM!" on Windows, in GB)
 _OOM_CPU = re.compile(r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory): you tried to allocate "
                       r"(\d{1,20})(GB)?")
@@ -211,6 +221,8 @@ def classify(body: str) -> list[dict]:
             or "Cuda failure" in body or "NET/OFI" in body:
         _nccl_last_error(body, rows)
     _host(body, rows)
+    if "memory (MB)" in body or "GiB(" in body:
+        _memory_report(body, rows)
     return rows
 
 
@@ -401,6 +413,24 @@ def _nccl_last_error(body: str, rows: list[dict]) -> None:
         m = _OFI_ERR.search(body, 0, 64 * 1024)
         if m:
             rows.append(dict(kind="nccl_last_error", reason=m.group(0).strip()[:200]))
+
+
+def _memory_report(body: str, rows: list[dict]) -> None:
+    """A training framework's own memory line (Megatron-LM's report_memory, torchtitan's step line)."""
+    if "\x1b" in body:
+        body = _ANSI.sub("", body)
+    m = _MEGATRON_MEM.search(body)
+    if m:
+        it = _MEGATRON_ITER.search(body, 0, m.start() + 1)
+        a, ma, r, mr = (int(float(x) * 2**20) for x in m.groups())
+        rows.append(dict(kind="memory_report", where="megatron", seq=int(it.group(1)) if it else -1,
+                         bytes_allocated=a, bytes_max_allocated=ma, bytes_reserved=r, bytes_max_reserved=mr))
+        return
+    m = _TITAN_MEM.search(body)
+    if m:
+        mr, pct = float(m.group(2)) * 2**30, float(m.group(3))
+        rows.append(dict(kind="memory_report", where="torchtitan", seq=int(m.group(1)), bytes_max_reserved=int(mr),
+                         bytes_total=int(round(mr * 100 / pct / 2**20)) * 2**20 if pct > 0 else -1))
 
 
 def _cuda(body: str, rows: list[dict]) -> None:

@@ -48,11 +48,13 @@ def leak(ctx: Context) -> Iterator[Finding]:
     At that rate the steps left before the device is full follow from its capacity; a leak turns into an OOM
     after that many steps, and a restart "fixes" it until then.
     """
+    seen = set()
     for r in _rows(ctx):
         rate, share = r.get("rate_bytes_per_step"), r.get("growth_share")
         if rate is None or share is None or rate < ctx.t("leak_min_bytes_per_step") \
                 or share < ctx.t("leak_growth_share"):
             continue
+        seen.add(r["rank"])
         steps = r.get("steps") or []
         left = r.get("steps_until_capacity")
         ev = [Evidence(f"rank {r['rank']} {r['device']}: allocated at the end of steps "
@@ -69,6 +71,25 @@ def leak(ctx: Context) -> Iterator[Finding]:
         yield Finding(title=f"Rank {r['rank']} leaks {mib(rate)} per step on {r['device']}", confidence=0.8,
                       subject=Subject(ranks=[int(r["rank"])]), evidence=ev,
                       extra={"kind": "leak", "device": r["device"], "rate_bytes_per_step": rate,
+                             "steps_until_capacity": left})
+    for g in ctx.section("memory").get("logs") or []:  # the training framework's own memory lines
+        rate, share = g.get("rate_bytes_per_step"), g.get("growth_share")
+        if g["rank"] in seen or rate is None or share is None or rate < ctx.t("leak_min_bytes_per_step") \
+                or share < ctx.t("leak_growth_share"):
+            continue
+        seen.add(g["rank"])
+        pts = g.get("points") or []
+        key = g.get("series") or "allocated"
+        cap, last = g.get("capacity_bytes"), (pts[-1].get(key) if pts else None) or 0
+        left = int(max(0, cap - last) // rate) if cap else None
+        ev = [Evidence(f"rank {g['rank']} {g['source']} memory lines, {key.replace('_', ' ')} at steps "
+                       + ", ".join(f"{p['step']}: {mib(p.get(key))}" for p in pts[:8])
+                       + f"; +{mib(rate)} per step (least squares over {g['lines'] - 1} lines, {share:.0%} grew)"),
+              Evidence(f"cost: the device is full in about {left} steps at this rate" if left is not None else
+                       f"cost: {mib(rate)} more every step, without bound")]
+        yield Finding(title=f"Rank {g['rank']} leaks {mib(rate)} per step ({g['source']} log)", confidence=0.6,
+                      subject=Subject(ranks=[int(g["rank"])]), evidence=ev,
+                      extra={"kind": "leak", "device": None, "rate_bytes_per_step": rate,
                              "steps_until_capacity": left})
 
 
@@ -116,6 +137,15 @@ def fragmentation(ctx: Context) -> Iterator[Finding]:
 def near_capacity(ctx: Context) -> Iterator[Finding]:
     """The peak reserved memory is within a few percent of the device's memory: the next larger batch, a longer
     sequence or fragmentation ends in an OOM."""
+    for g in ctx.section("memory").get("logs") or []:  # torchtitan's percentage of the device
+        cap, pk = g.get("capacity_bytes"), g.get("peak_max_reserved") or 0
+        if cap and pk >= (1 - ctx.t("capacity_margin")) * cap and not any(r["rank"] == g["rank"] for r in _rows(ctx)):
+            yield Finding(title=f"Rank {g['rank']} peaks at {pk / cap:.0%} of its device's memory", confidence=0.8,
+                          subject=Subject(ranks=[int(g["rank"])]),
+                          evidence=[Evidence(f"rank {g['rank']} {g['source']} log: max reserved {mib(pk)} of "
+                                             f"{mib(cap)} (steps {g['first_step']}..{g['last_step']})"),
+                                    Evidence(f"cost: {mib(cap - pk)} of headroom left")],
+                          extra={"kind": "near_capacity", "device": None})
     for r in _rows(ctx):
         cap = r.get("capacity_bytes")
         pk = r.get("peak_reserved") or r.get("peak_allocated") or 0

@@ -206,3 +206,53 @@ def test_the_merged_timeline_carries_each_ranks_memory_as_a_counter_track(tmp_pa
     assert ends == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0] or all(abs(b - a_ - 1.0) < 0.01 for a_, b in zip(ends, ends[1:]))
     steps = {e["ts"] for e in doc["traceEvents"] if e.get("cat") == "step" and e["pid"] == 1}
     assert {e["ts"] for e in c if e["pid"] == 1}.intersection(steps)  # on the clock of the step slices
+
+
+# ---- the training frameworks' own memory lines (formats from their source: Megatron-LM's report_memory,
+# torchtitan's step line in components/metrics.py)
+
+MEGATRON = ("[Rank {r}] (after {it} iterations) memory (MB) | allocated: {a} | max allocated: {ma} | reserved: 22586.0 "
+            "| max reserved: 22586.0")
+
+
+def test_megatron_and_torchtitan_memory_lines_are_read():
+    row = classify(MEGATRON.format(r=3, it=10, a="3145.5", ma="21017.25"))
+    assert row == [{"kind": "memory_report", "where": "megatron", "seq": 10, "bytes_allocated": int(3145.5 * 2**20),
+                    "bytes_max_allocated": int(21017.25 * 2**20), "bytes_reserved": 22586 * 2**20,
+                    "bytes_max_reserved": 22586 * 2**20}]
+    colour = ("[titan] 2025-03-01 10:00:00,123 - root - INFO - \x1b[31mstep:  5  \x1b[32mloss:  9.1234  \x1b[33mmemory: "
+              "64.00GiB(80.00%)  \x1b[34mtps: 1,234\x1b[39m")
+    row = classify(colour)
+    assert row == [{"kind": "memory_report", "where": "torchtitan", "seq": 5, "bytes_max_reserved": 64 * 2**30,
+                    "bytes_total": 80 * 2**30}]
+
+
+def test_a_megatron_rank_whose_allocation_grows_is_a_leak(tmp_path):
+    lines = [MEGATRON.format(r=r, it=it, a=3145.5 + (6.25 * it if r == 1 else 0), ma=21017.25)
+             for it in range(10, 70, 10) for r in (0, 1)]
+    (tmp_path / "train.log").write_text("\n".join(lines) + "\n")
+    a = analyzer.load(tmp_path)
+    logs = {g["rank"]: g for g in a.report["memory"]["logs"]}
+    assert logs[0]["rate_bytes_per_step"] == 0.0 and logs[1]["rate_bytes_per_step"] == 6.25 * 2**20
+    f = [f for f in a.findings if f["id"].startswith("MEM")]
+    assert [(x["id"], x["subject"]["ranks"]) for x in f] == [("MEM001", [1])]
+    assert "6.2 MiB per step (megatron log)" in f[0]["title"]
+
+
+def test_a_torchtitan_rank_near_its_device_capacity(tmp_path):
+    lines = [f"[rank1]:[titan] 2025-03-01 10:00:{s:02d},000 - root - INFO - step: {s:2}  loss:  3.0000  "
+             f"memory: 76.00GiB(96.20%)  tps: 1,000" for s in range(1, 7)]
+    (tmp_path / "train.log").write_text("\n".join(lines) + "\n")
+    f = [f for f in analyzer.load(tmp_path).findings if f["id"].startswith("MEM")]
+    assert [(x["id"], x["subject"]["ranks"]) for x in f] == [("MEM003", [1])] and "96%" in f[0]["title"]
+
+
+@pytest.mark.parametrize("case,step,gib,pct", [("torchtitan_3393", (14, 21), 9.46, 64.99),
+                                               ("torchtitan_1287", (200, 250), 49.66, 52.28)])
+def test_real_public_torchtitan_lines(case, step, gib, pct):
+    a = analyzer.load(ROOT / "fixtures/stderr/public-memory" / case)
+    (g,) = a.report["memory"]["logs"]
+    assert (g["rank"], g["source"], g["first_step"], g["last_step"]) == (0, "torchtitan", *step)
+    assert g["peak_max_reserved"] == int(gib * 2**30) and g["rate_bytes_per_step"] == 0.0
+    assert abs(g["capacity_bytes"] / (gib * 2**30 * 100 / pct) - 1) < 1e-3
+    assert not [f for f in a.findings if f["id"].startswith("MEM")] and a.verdict.startswith("OK")

@@ -163,6 +163,49 @@ def _log_ooms(job: Any, rows: list[dict]) -> list[dict]:
     return out[:100]
 
 
+#: log memory lines kept per rank and framework in the report (the first and the last ones)
+MAX_LOG_POINTS = 200
+
+
+def _log_reports(job: Any) -> list[dict]:
+    """Per rank and framework: the memory lines the stderr parser read (Megatron-LM's report_memory, torchtitan's
+    step line), their growth per step (Megatron: allocated after the iteration; torchtitan: the peak reserved
+    since the last line) and the device capacity torchtitan's percentage implies."""
+    series: dict = {}
+    for log in getattr(job, "stderr_logs", []) or []:
+        ev = getattr(log, "events", None)
+        if ev is None or not len(ev):
+            continue
+        for e in ev.records():
+            if e.get("kind") != "memory_report" or int(e.get("rank", -1)) < 0:
+                continue
+            series.setdefault((int(e["rank"]), e.get("where") or ""), {})[int(e.get("seq", -1))] = e
+    out = []
+    for (rank, src), by_step in sorted(series.items()):
+        steps = sorted(by_step)
+        pts = [by_step[s] for s in steps]
+        key = "bytes_allocated" if src == "megatron" else "bytes_max_reserved"
+        y = np.array([_pos(p.get(key)) or 0 for p in pts], dtype=np.float64)
+        x = np.array(steps, dtype=np.float64)
+        rate = share = None
+        if len(y) > MIN_STEPS_FOR_RATE:  # the first line left out: warm-up (optimizer state, the allocator's segments)
+            xs, ys = x[1:], y[1:]
+            if np.ptp(xs) > 0:
+                rate = float(np.polyfit(xs, ys, 1)[0])
+                rate = 0.0 if abs(rate) < 0.5 else round(rate, 1)
+                share = round(float((np.diff(ys) > 0).mean()), 3)
+        caps = [c for c in (_pos(p.get("bytes_total")) for p in pts) if c]
+        keep = pts if len(pts) <= MAX_LOG_POINTS else pts[:MAX_LOG_POINTS // 2] + pts[-MAX_LOG_POINTS // 2:]
+        out.append({"rank": rank, "source": src, "lines": len(pts), "first_step": steps[0], "last_step": steps[-1],
+                    "series": key.removeprefix("bytes_"), "rate_bytes_per_step": rate, "growth_share": share,
+                    "capacity_bytes": int(np.median(caps)) if caps else None,
+                    "peak_max_reserved": max((_pos(p.get("bytes_max_reserved")) or 0 for p in pts), default=0),
+                    "points": [{"step": int(p.get("seq", -1)),
+                                **{k: _pos(p.get("bytes_" + k)) for k in ("allocated", "max_allocated", "reserved",
+                                                                          "max_reserved")}} for p in keep]})
+    return out
+
+
 def _pos(v: Any) -> Optional[int]:
     try:
         v = int(v)
@@ -181,7 +224,8 @@ def memory_section(job: Any, report: Optional[dict] = None) -> dict:
         for o in (t.extra or {}).get("memory_ooms", []):
             trace_ooms.append({"source": "trace", "rank": rank, **o})
     ooms = trace_ooms + _log_ooms(job, rows)
-    if not rows and not ooms:
+    logs = _log_reports(job)
+    if not rows and not ooms and not logs:
         return {}
     pipeline = ((report or {}).get("cross_rank") or {}).get("pipeline") or {}
     return {
@@ -190,6 +234,7 @@ def memory_section(job: Any, report: Optional[dict] = None) -> dict:
         "pipeline_stages": _pipeline_expectation(rows, pipeline) if pipeline.get("detected") else [],
         "rank_balance": _rank_imbalance(rows),
         "ooms": ooms,
+        "logs": logs,
     }
 
 
