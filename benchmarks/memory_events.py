@@ -3,7 +3,7 @@ the same generated GPU trace, as ratios against the trace without them, next to 
 
     python benchmarks/memory_events.py [--mb 30] [--counts 0,100000,1000000]
 
-Each measurement is a fresh subprocess (wall time of load_trace + summarise, peak RSS). The goal (issue: memory
+Each measurement is a fresh subprocess (wall time of load_trace + summarise, peak RSS: VmHWM, Linux). The goal (issue: memory
 across ranks): the time ratio stays at or under the bytes ratio (the events cost no more per byte than the rest of
 the trace), and the summary that goes back to the parent stays a few KB whatever the count. Inputs go to
 bench-data/memory/ (git-ignored; deleted unless --keep).
@@ -23,15 +23,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+# peak RSS from VmHWM (reset by exec; getrusage's ru_maxrss keeps the forking parent's peak across exec)
 _CHILD = r"""
-import pickle, resource, sys, time
+import pickle, sys, time
 t = time.perf_counter()
 from parsers.kineto import load_trace
 from analyzer.rank.summary import summarise
 s, _ = summarise(load_trace(sys.argv[1]))
 dt = time.perf_counter() - t
 m = s.memory
-print(dt, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, len(pickle.dumps(s)), 0 if m is None else len(m))
+hwm = [int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:")][0]
+print(dt, hwm / 1024, len(pickle.dumps(s)), 0 if m is None else len(m))
 """
 
 

@@ -23,12 +23,15 @@ def memory_tables(col: Any) -> tuple[Optional[pd.DataFrame], Optional[pd.DataFra
     if not col.mem:
         return None, None
     parts = [np.concatenate([p[i] for p in col.mem]) for i in range(len(MEMORY_COLUMNS))]
+    col.mem = []  # the per-slice pieces: let them go before the table is built
     ok = np.isfinite(parts[0]) & (np.abs(parts[0]) < 9e15)
     if not ok.all():
         parts = [p[ok] for p in parts]
-    ts, _ = col.ns(parts[0], np.zeros(len(parts[0])))
-    order = np.argsort(ts, kind="stable")
-    mem = pd.DataFrame({k: (ts if k == "ts" else v)[order] for k, v in zip(MEMORY_COLUMNS, parts)})
+    parts[0], _ = col.ns(parts[0], np.zeros(len(parts[0])))
+    if len(parts[0]) > 1 and not (np.diff(parts[0]) >= 0).all():  # Kineto writes them in time order already
+        order = np.argsort(parts[0], kind="stable")
+        parts = [p[order] for p in parts]
+    mem = pd.DataFrame(dict(zip(MEMORY_COLUMNS, parts)), copy=False)
     ops = None
     if col.mem_ops:
         o = [np.concatenate([p[i] for p in col.mem_ops]) for i in range(4)]
