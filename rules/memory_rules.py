@@ -98,7 +98,9 @@ def leak(ctx: Context) -> Iterator[Finding]:
                             "report when reserved minus allocated at the peak is at least this share of reserved",
                             "the caching allocator's normal slack is a few to ~20 %; the public V100 trace "
                             "reserves 1.9x its peak"),
-                  Threshold("fragmentation_min_bytes", 1 << 30, "bytes", "… and at least this many bytes")),
+                  Threshold("fragmentation_min_bytes", 1 << 30, "bytes", "… and at least this many bytes",
+                            "1 GiB is a few % of a training GPU (16-192 GB): less is not worth a change of allocator "
+                            "settings")),
       confirm="torch.cuda.memory_summary() on the rank: 'Non-releasable memory' and the segment count; "
               "the report's memory.per_rank[] reserved_at_peak against peak_allocated.",
       fix="Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; pad variable-length batches to a few fixed "
@@ -109,6 +111,21 @@ def fragmentation(ctx: Context) -> Iterator[Finding]:
     Reserved but unallocated memory is lost to the model: blocks of the wrong sizes (variable shapes) that the
     allocator cannot hand out. A warning when the device is also near its capacity (the slack is what runs out).
     """
+    for snap in ctx.section("memory").get("snapshots") or []:  # the allocator's own segments
+        for d in snap.get("devices") or []:
+            res, alloc = d.get("reserved") or 0, d.get("allocated") or 0
+            slack = res - alloc
+            if res <= 0 or slack < ctx.t("fragmentation_min_bytes") or slack / res < ctx.t("fragmentation_share"):
+                continue
+            rank = snap.get("rank")
+            yield Finding(title=f"{'Rank ' + str(rank) if rank is not None else 'A snapshot'} reserves {mib(slack)} "
+                                f"more than it allocates on cuda:{d['device']}", confidence=0.7,
+                          subject=Subject(ranks=[int(rank)] if rank is not None else []),
+                          evidence=[Evidence(f"{snap['path']}: {d['segments']} segments reserve {mib(res)}, "
+                                             f"{mib(alloc)} allocated; {mib(d.get('inactive'))} free in them, the "
+                                             f"largest free block {mib(d.get('largest_inactive_block'))}",
+                                             snap["path"], None)],
+                          extra={"kind": "fragmentation", "device": f"cuda:{d['device']}"})
     for r in _rows(ctx):
         res, alloc = r.get("reserved_at_peak") or 0, r.get("peak_allocated") or 0
         slack = res - alloc
@@ -168,7 +185,9 @@ def near_capacity(ctx: Context) -> Iterator[Finding]:
                             "last stage, which the schedule explains"),
                   Threshold("memory_imbalance_min_bytes", 1 << 20, "bytes", "… and by at least this many bytes "
                             "(and, between data-parallel ranks, by twice the step-to-step noise: variable-length "
-                            "batches move one rank's activation memory by 2x between steps)")),
+                            "batches move one rank's activation memory by 2x between steps)",
+                            "below 1 MiB a difference is one small tensor; the real CPU runs' unexplained stages "
+                            "hold 2-3 MiB more")),
       confirm="Compare the ranks' memory.per_rank[].activation_max; for a pipeline memory.pipeline_stages[] "
               "(inflight_microbatches, expected_at_most).",
       fix="Balance the partition: move layers off the heavy stage (the loss / output head often sits on the last "
@@ -231,8 +250,12 @@ def oom(ctx: Context) -> Iterator[Finding]:
         ev = []
         for x in os_[:3]:
             where = (f"{x.get('path')}:{x.get('line')}" if x.get("source") == "stderr" else
+                     f"{x.get('path')}: allocator trace 'oom'" if x.get("source") == "snapshot" else
                      "trace [OutOfMemory]" + (f" in step {x['step']}" if x.get("step") is not None else ""))
             ask = x.get("bytes_requested") if x.get("source") == "stderr" else x.get("bytes")
+            if x.get("source") == "snapshot":
+                where += (f" ({mib(x.get('device_free'))} free on the device" +
+                          (f"; from {x['frame']}" if x.get("frame") else "") + ")")
             ev.append(Evidence(f"{where}: rank {rank if rank is not None else '?'} failed to allocate {mib(ask)}"
                                + (f" on {x['device']}" if x.get("device") else "")
                                + (f" ({x['reason']})" if x.get("reason") else ""),

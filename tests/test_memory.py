@@ -256,3 +256,66 @@ def test_real_public_torchtitan_lines(case, step, gib, pct):
     assert g["peak_max_reserved"] == int(gib * 2**30) and g["rate_bytes_per_step"] == 0.0
     assert abs(g["capacity_bytes"] / (gib * 2**30 * 100 / pct) - 1) < 1e-3
     assert not [f for f in a.findings if f["id"].startswith("MEM")] and a.verdict.startswith("OK")
+
+
+def test_malformed_memory_events_are_read_past_without_harm(tmp_path):
+    bad = [mem(20, 1, 1, 1) | {"args": {"Bytes": "abc", "Total Allocated": [1], "Total Reserved": None,
+                                          "Device Type": 1, "Device Id": 99999999999}},
+           mem(21, 1, 1, 1) | {"args": "not an object"},
+           mem(22, 1, 1, 1) | {"ts": "NaN"},
+           mem(23, 2**70, 2**70, 1),
+           {"ph": "i", "name": "[memory]", "ts": 24}]
+    import json
+    (tmp_path / "rank0.json").write_text(json.dumps(_doc(_events() + bad)))  # json: the 2**70 stays an integer
+    t = load_trace(tmp_path / "rank0.json")
+    assert len(t.memory) == 7 + 4  # the NaN ts dropped; the rest kept with -1 / 0 where a value is unusable
+    a = analyzer.load(tmp_path)
+    cuda = [r for r in a.report["memory"]["per_rank"] if r["device"] == "cuda:0"][0]
+    assert cuda["peak_allocated"] == 1600  # the unusable values (allocated -1) are left out of the steps
+
+
+# ---- the caching allocator's snapshot (torch.cuda.memory._dump_snapshot), in the layout torch/cuda/memory.py
+# documents for _snapshot(): no CUDA here to make a real one
+
+def _snapshot() -> dict:
+    user = [{"filename": "/venv/lib/python3.11/site-packages/torch/nn/modules/linear.py", "line": 125,
+             "name": "forward"}, {"filename": "train.py", "line": 42, "name": "step"}]
+    seg = lambda total, blocks: {"device": 0, "address": 1 << 40, "total_size": total, "stream": 0,  # noqa: E731
+                                 "segment_type": "large", "allocated_size": sum(b["size"] for b in blocks
+                                                                                 if b["state"] == "active_allocated"),
+                                 "active_size": 0, "requested_size": 0, "blocks": blocks}
+    blk = lambda size, state: {"address": 0, "size": size, "requested_size": size, "state": state,  # noqa: E731
+                               "frames": user}
+    return {"segments": [seg(4 << 30, [blk(1 << 30, "active_allocated"), blk(3 << 30, "inactive")]),
+                         seg(2 << 30, [blk(512 << 20, "active_allocated"), blk(1 << 30, "inactive"),
+                                       blk(512 << 20, "inactive")])],
+            "device_traces": [[{"action": "alloc", "addr": 1, "size": 1 << 30, "stream": 0, "frames": user},
+                               {"action": "oom", "size": 5 << 30, "device_free": 1 << 28, "stream": 0,
+                                "frames": user}]],
+            "allocator_settings": {"expandable_segments": False}}
+
+
+def test_an_allocator_snapshot_is_read_without_unpickling_anything(tmp_path):
+    import pickle
+    (tmp_path / "rank3_snapshot.pickle").write_bytes(pickle.dumps(_snapshot()))
+    a = analyzer.load(tmp_path)
+    (s,) = a.report["memory"]["snapshots"]
+    (d,) = s["devices"]
+    assert s["rank"] == 3 and (d["segments"], d["reserved"], d["allocated"]) == (2, 6 << 30, 1536 << 20)
+    assert (d["inactive"], d["largest_inactive_block"]) == (4608 << 20, 3 << 30)
+    assert d["top_allocations"][0] == {"bytes": 1 << 30, "frame": "train.py:42 step"}
+    assert s["actions"] == {"alloc": 1, "oom": 1}
+    ids = {f["id"]: f for f in a.findings if f["id"].startswith("MEM")}
+    assert set(ids) == {"MEM002", "MEM005"} and ids["MEM005"]["subject"]["ranks"] == [3]
+    text = ids["MEM005"]["evidence"][0]["text"]
+    assert "failed to allocate 5120.0 MiB" in text and "256.0 MiB free" in text and "train.py:42" in text
+
+
+def test_a_snapshot_that_names_a_global_is_refused(tmp_path):
+    import os
+    import pickle
+    evil = pickle.dumps({"segments": [], "device_traces": [], "x": os.getcwd}, protocol=4)
+    (tmp_path / "snap.pickle").write_bytes(evil)
+    a = analyzer.load(tmp_path)
+    rec = [f for f in a.report["inputs"]["files"] if f["path"].endswith("snap.pickle")][0]
+    assert rec["kind"] == "memory_snapshot" and rec["status"] == "failed" and "refused" in rec["message"]

@@ -225,7 +225,12 @@ def memory_section(job: Any, report: Optional[dict] = None) -> dict:
             trace_ooms.append({"source": "trace", "rank": rank, **o})
     ooms = trace_ooms + _log_ooms(job, rows)
     logs = _log_reports(job)
-    if not rows and not ooms and not logs:
+    snaps = [{"path": s.path, "rank": s.rank, "devices": s.devices, "ooms": s.ooms, "actions": s.actions}
+             for s in getattr(job, "memory_snapshots", []) or []]
+    for s in snaps:
+        for o in s["ooms"]:
+            ooms.append({"source": "snapshot", "rank": s["rank"], "path": s["path"], **o})
+    if not rows and not ooms and not logs and not snaps:
         return {}
     pipeline = ((report or {}).get("cross_rank") or {}).get("pipeline") or {}
     return {
@@ -235,6 +240,7 @@ def memory_section(job: Any, report: Optional[dict] = None) -> dict:
         "rank_balance": _rank_imbalance(rows),
         "ooms": ooms,
         "logs": logs,
+        "snapshots": snaps,
     }
 
 
