@@ -3,10 +3,10 @@ the same generated GPU trace, as ratios against the trace without them, next to 
 
     python benchmarks/memory_events.py [--mb 30] [--counts 0,100000,1000000]
 
-Each measurement is a fresh subprocess (wall time of load_trace + summarise, peak RSS: VmHWM, Linux). The goal (issue: memory
-across ranks): the time ratio stays at or under the bytes ratio (the events cost no more per byte than the rest of
-the trace), and the summary that goes back to the parent stays a few KB whatever the count. Inputs go to
-bench-data/memory/ (git-ignored; deleted unless --keep).
+Each measurement is a fresh subprocess (wall time of load_trace + summarise, peak RSS: VmHWM, Linux). The goal:
+the time ratio stays at or under the bytes ratio (the events cost no more per byte than the rest of the trace), and
+the summary that goes back to the parent stays a few KB whatever the count. Inputs go to bench-data/memory/
+(git-ignored; deleted unless --keep).
 """
 from __future__ import annotations
 
@@ -50,8 +50,9 @@ def with_memory(base: Path, out: Path, n: int, seed: int = 0) -> int:
         s = steps[i % len(steps)]
         b = rnd.choice((512, 4096, 1 << 20, 1 << 22)) * (1 if i % 2 == 0 else -1)
         alloc += b
+        at = s["ts"] + s["dur"] * (i // len(steps) + 0.5) / (n // len(steps) + 1)
         mem.append({"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", "pid": s["pid"],
-                    "tid": s["tid"], "ts": round(s["ts"] + s["dur"] * (i // len(steps) + 0.5) / (n // len(steps) + 1), 3),
+                    "tid": s["tid"], "ts": round(at, 3),
                     "args": {"Total Reserved": 2 << 30, "Total Allocated": alloc, "Bytes": b, "Device Id": 0,
                              "Device Type": 1, "Addr": 140000000000000 + 512 * i, "Ev Idx": i}})
     doc["traceEvents"] = ev + mem

@@ -25,7 +25,8 @@ GUARD_TRIGRAMS = {
     b"ECC": b"ECC", b"NVRM": b"NVR", b"expected size": b"xpe", b"invalid tensor": b"nva", b"egmentation": b"egm",
     b"_STATUS_": b"US_", b"terminate called": b"rmi", b"got stuck": b"tuc", b"Root Cause": b"Cau",
     b"torch/distributed/elastic": b"d/e", b"torch.distributed.elastic": b"d.e", b"Duplicate GPU": b"upl",
-    b"by remote peer": b"emo", b"memory (MB)": b"(MB", b"GiB(": b"iB(", b"ncclIn": b"lIn", b"failed : ": b"d :", b"Got completion from peer": b"mpl", b"NCCL operations have failed": b"ns ",
+    b"memory (MB)": b"(MB", b"GiB(": b"iB(",
+    b"by remote peer": b"emo", b"ncclIn": b"lIn", b"failed : ": b"d :", b"Got completion from peer": b"mpl", b"NCCL operations have failed": b"ns ",
 }
 GUARD_LITERALS = tuple(GUARD_TRIGRAMS)
 GUARD = re.compile(b"|".join(re.escape(g) for g in GUARD_LITERALS))

@@ -70,8 +70,8 @@ def test_per_step_rows_exact_and_the_peak_named_by_its_operator(tmp_path):
     assert cuda.loc[2, ["allocated_start", "allocated_end", "peak_allocated"]].tolist() == [1100, 1200, 1300]
     host = rows[rows["device_type"] == 0]
     assert host["step"].tolist() == [1] and host["peak_allocated"].tolist() == [8]
-    assert s.extra["memory_ooms"] == [{"ts_ns": 160_000, "step": 2, "device": "cuda:0", "bytes": 1 << 40, "allocated": 1200,
-                                       "reserved": 3000}]
+    assert s.extra["memory_ooms"] == [{"ts_ns": 160_000, "step": 2, "device": "cuda:0", "bytes": 1 << 40,
+                                       "allocated": 1200, "reserved": 3000}]
 
 
 def test_a_trace_without_memory_events_has_no_memory_table_and_no_section(tmp_path):
@@ -91,7 +91,8 @@ def test_the_trace_oom_is_a_finding_with_the_trend(tmp_path):
     assert cuda["capacity_bytes"] == GPU and cuda["peak_allocated"] == 1600 and cuda["peak_op"] == "aten::linear"
     f = [f for f in a.findings if f["id"] == "MEM005"]
     assert len(f) == 1 and f[0]["severity"] == "error" and f[0]["subject"]["ranks"] == [0]
-    assert f[0]["evidence"][0]["text"] == "trace [OutOfMemory] in step 2: rank 0 failed to allocate 1024.0 GiB on cuda:0"
+    assert f[0]["evidence"][0]["text"] == ("trace [OutOfMemory] in step 2: rank 0 failed to allocate 1024.0 GiB on "
+                                           "cuda:0")
     assert f[0]["subject"]["ranks"] == [0]
     assert list(a.memory.columns)[:3] == ["rank", "device", "step"] and len(a.memory) == 3
 
@@ -220,7 +221,8 @@ def test_megatron_and_torchtitan_memory_lines_are_read():
     assert row == [{"kind": "memory_report", "where": "megatron", "seq": 10, "bytes_allocated": int(3145.5 * 2**20),
                     "bytes_max_allocated": int(21017.25 * 2**20), "bytes_reserved": 22586 * 2**20,
                     "bytes_max_reserved": 22586 * 2**20}]
-    colour = ("[titan] 2025-03-01 10:00:00,123 - root - INFO - \x1b[31mstep:  5  \x1b[32mloss:  9.1234  \x1b[33mmemory: "
+    colour = ("[titan] 2025-03-01 10:00:00,123 - root - INFO - \x1b[31mstep:  5  \x1b[32mloss:  9.1234  "
+              "\x1b[33mmemory: "
               "64.00GiB(80.00%)  \x1b[34mtps: 1,234\x1b[39m")
     row = classify(colour)
     assert row == [{"kind": "memory_report", "where": "torchtitan", "seq": 5, "bytes_max_reserved": 64 * 2**30,
@@ -319,3 +321,16 @@ def test_a_snapshot_that_names_a_global_is_refused(tmp_path):
     a = analyzer.load(tmp_path)
     rec = [f for f in a.report["inputs"]["files"] if f["path"].endswith("snap.pickle")][0]
     assert rec["kind"] == "memory_snapshot" and rec["status"] == "failed" and "refused" in rec["message"]
+
+
+def test_log_and_snapshot_memory_in_every_format(tmp_path):
+    import pickle
+    (tmp_path / "rank3_snapshot.pickle").write_bytes(pickle.dumps(_snapshot()))
+    src = ROOT / "fixtures/stderr/public-memory/torchtitan_1287/train.log"
+    (tmp_path / "train.log").write_bytes(src.read_bytes())
+    a = analyzer.load(tmp_path)
+    line = "rank 0 torchtitan log: 6 lines, steps 200..250, peak max reserved 50851.8 MiB of 97268.0"
+    snap = "snapshot of rank 3 cuda:0: 2 segments, reserved 6144.0 MiB, allocated 1536.0 MiB, largest free block 3072.0"
+    for fmt in ("text", "markdown", "html"):
+        out = a.render(fmt)
+        assert line in out and snap in out, fmt

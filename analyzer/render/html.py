@@ -271,6 +271,11 @@ def _figure_pieces(report: dict, job: Any) -> Iterator[str]:
                         "step's end (dotted: a line that rises step after step is a leak), peak reserved by the "
                         "caching allocator (dashed, where it reserves). " + mt.note(report).capitalize() + "."))
         out.append(_fold("memory per rank", _table(mt.HEADERS, mt.peak_rows(report, None)), mt.n_rows(report)))
+    from analyzer.render import memory_table as mt
+    other = mt.other_lines(report)
+    if other:
+        out.append("<h2>Memory from logs and allocator snapshots</h2><ul>"
+                   + "".join(f"<li>{_e(x)}</li>" for x in other) + "</ul>")
     if job is not None and getattr(job, "traces", None):
         wm = fg.wait_matrix(job, report)
         bw = fg.bandwidth(job, report)

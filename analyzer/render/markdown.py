@@ -213,10 +213,14 @@ def _problems(report: dict) -> list[str]:
 
 def _memory(report: dict) -> list[str]:
     from analyzer.render import memory_table as mt
-    rows = mt.peak_rows(report)
-    if not rows:
-        return []
-    return ["", "### Memory per rank", "", md_escape(mt.note(report)), ""] + md_table(mt.HEADERS, rows, "memory per rank")
+    rows, other = mt.peak_rows(report), mt.other_lines(report)
+    out = []
+    if rows:
+        out += ["", "### Memory per rank", "", md_escape(mt.note(report)), ""] + md_table(mt.HEADERS, rows,
+                                                                                        "memory per rank")
+    if other:
+        out += ["", "### Memory from logs and allocator snapshots", ""] + ["- " + md_escape(x) for x in other]
+    return out
 
 
 def render_markdown(report: dict) -> str:

@@ -42,3 +42,24 @@ def note(report: dict) -> str:
     return ("allocated/reserved from profile_memory's events; activation = the step's peak minus what it started "
             "with; growth = allocated at the step's end, per step" +
             ("; host (cpu) totals count only what was allocated while the profiler ran" if host else ""))
+
+
+def other_lines(report: dict) -> list[str]:
+    """One line per framework memory series (Megatron-LM, torchtitan) and per allocator snapshot."""
+    mem = report.get("memory") or {}
+    out = []
+    for g in (mem.get("logs") or [])[:MAX_ROWS]:
+        rate = g.get("rate_bytes_per_step")
+        cap = g.get("capacity_bytes")
+        out.append(f"rank {g.get('rank')} {g.get('source')} log: {g.get('lines')} lines, steps {g.get('first_step')}"
+                   f"..{g.get('last_step')}, peak max reserved {_mib(g.get('peak_max_reserved'))} MiB"
+                   + (f" of {_mib(cap)}" if cap else "")
+                   + (f", {g.get('series', '').replace('_', ' ')} grows {_mib(rate)} MiB/step"
+                      if rate is not None else ""))
+    for s in (mem.get("snapshots") or [])[:MAX_ROWS]:
+        for d in s.get("devices") or []:
+            out.append(f"snapshot{' of rank ' + str(s['rank']) if s.get('rank') is not None else ''} cuda:"
+                       f"{d.get('device')}: {d.get('segments')} segments, reserved {_mib(d.get('reserved'))} MiB, "
+                       f"allocated {_mib(d.get('allocated'))} MiB, largest free block "
+                       f"{_mib(d.get('largest_inactive_block'))} MiB")
+    return out

@@ -239,12 +239,15 @@ def _groups(report: dict) -> list[str]:
 
 def _memory(report: dict) -> list[str]:
     from analyzer.render import memory_table as mt
-    rows = mt.peak_rows(report)
-    if not rows:
-        return []
-    more = mt.n_rows(report) - len(rows)
-    return (["", f"memory per rank ({mt.note(report)}):"] + table(mt.HEADERS, rows)
-            + ([f"  ... {more} more rows: see --format json/html"] if more > 0 else []))
+    rows, other = mt.peak_rows(report), mt.other_lines(report)
+    out = []
+    if rows:
+        more = mt.n_rows(report) - len(rows)
+        out += (["", f"memory per rank ({mt.note(report)}):"] + table(mt.HEADERS, rows)
+                + ([f"  ... {more} more rows: see --format json/html"] if more > 0 else []))
+    if other:
+        out += ["", "memory from logs and allocator snapshots:"] + ["  " + one_line(x) for x in other]
+    return out
 
 
 def _per_call_bytes(c: dict) -> Optional[float]:

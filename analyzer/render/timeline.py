@@ -551,7 +551,8 @@ def memory_counters(report: dict, kept: set, aligned: bool, t0: int) -> list[dic
             res = s["reserved_at_peak"] / 2**20
             for ts, alloc in ((s["start_ns"], s["allocated_start"]), (s["peak_ns"], s["peak_allocated"]),
                               (s["end_ns"], s["allocated_end"])):
-                out.append({"ph": "C", "pid": rank, "name": name, "ts": round((ts + o - t0) / 1000.0, 3), "cat": "memory",
+                out.append({"ph": "C", "pid": rank, "name": name, "ts": round((ts + o - t0) / 1000.0, 3),
+                            "cat": "memory",
                             "args": {"allocated MiB": round(alloc / 2**20, 3), "reserved MiB": round(res, 3)}})
     return out
 
