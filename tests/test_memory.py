@@ -334,3 +334,20 @@ def test_log_and_snapshot_memory_in_every_format(tmp_path):
     for fmt in ("text", "markdown", "html"):
         out = a.render(fmt)
         assert line in out and snap in out, fmt
+
+
+@pytest.mark.slow
+def test_simulated_gpu_pipeline_memory_matches_its_truth():
+    """A simulated job of two 4-stage 1F1B pipelines on H100s (simulator/memory.py): per rank the peak, the activation the schedule
+    keeps and the leak equal the simulator's own numbers; stage 0 holding 4x the last stage is no finding."""
+    import json
+    sim = ROOT / "fixtures/sim/pp_1f1b_memory_leak"
+    truth = json.loads((sim / "expected.json").read_text())["memory"]
+    a = analyzer.load(sim)
+    rows = {r["rank"]: r for r in a.report["memory"]["per_rank"]}
+    for rank, t in truth.items():
+        r = rows[int(rank)]
+        assert (r["peak_allocated"], r["activation_max"]) == (t["peak_allocated"], t["activation_bytes"])
+        assert r["rate_bytes_per_step"] == float(t["leak_bytes_per_step"]) and r["capacity_bytes"] == 85031714816
+    assert rows[2]["steps_until_capacity"] == (85031714816 - rows[2]["peak_allocated"]) // (96 << 20)
+    assert [(f["id"], f["subject"]["ranks"]) for f in a.findings if f["id"].startswith("MEM")] == [("MEM001", [2])]
