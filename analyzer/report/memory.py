@@ -5,6 +5,8 @@ Facts, not verdicts: the growth of allocated memory at the same point of each st
 squares line gives; reserved minus allocated at the peak; the peak against the device's capacity; each rank's
 activation memory (the step's peak minus what the step started with) against its peers', and for a pipeline
 against what its schedule keeps in flight (1F1B and interleaved: min(p − s, m) micro-batches on stage s; GPipe: m).
+Besides the traces: the training frameworks' own memory lines (Megatron-LM, torchtitan) and the caching
+allocator's snapshots, each as read by its parser.
 """
 from __future__ import annotations
 
@@ -141,9 +143,9 @@ def _rank_imbalance(rows: list[dict]) -> list[dict]:
 def _log_ooms(job: Any, rows: list[dict]) -> list[dict]:
     """OOM lines the stderr parser read (analyzer-independent facts), with the rank's trend from the traces."""
     out = []
-    trend = {r["rank"]: r for r in rows if r["device_type"] == 1} | {
-        r["rank"]: r for r in rows if r["device_type"] == 0 and not any(x["rank"] == r["rank"] and x["device_type"] == 1
-                                                                        for x in rows)}
+    trend: dict = {}  # per rank its accelerator's row when it has one, else its host's
+    for r in sorted(rows, key=lambda r: r["device_type"] == 1):
+        trend[r["rank"]] = r
     for log in getattr(job, "stderr_logs", []) or []:
         ev = getattr(log, "events", None)
         if ev is None or not len(ev):
