@@ -111,6 +111,24 @@ def fragmentation(ctx: Context) -> Iterator[Finding]:
     Reserved but unallocated memory is lost to the model: blocks of the wrong sizes (variable shapes) that the
     allocator cannot hand out. A warning when the device is also near its capacity (the slack is what runs out).
     """
+    for t in ctx.section("memory").get("summaries") or []:  # torch.cuda.memory_summary() in stderr
+        res, alloc = t.get("reserved_peak") or 0, t.get("allocated_peak") or 0
+        slack = res - alloc
+        if res <= 0 or slack < ctx.t("fragmentation_min_bytes") or slack / res < ctx.t("fragmentation_share"):
+            continue
+        rank = t.get("rank")
+        extra = []
+        if t.get("non_releasable_peak") is not None:
+            extra.append(f"non-releasable {mib(t['non_releasable_peak'])} at its peak")
+        if t.get("alloc_retries"):
+            extra.append(f"{t['alloc_retries']} cudaMalloc retries (the allocator freed its cache to fit a block)")
+        yield Finding(title=f"{'Rank ' + str(rank) if rank is not None else 'A rank'} reserves {mib(slack)} more "
+                            f"than it allocates on {t['device']}", confidence=0.6,
+                      subject=Subject(ranks=[int(rank)] if rank is not None else []),
+                      evidence=[Evidence(f"{t['path']}:{t['line']}: memory_summary: peak allocated {mib(alloc)}, "
+                                         f"peak reserved {mib(res)}" + ("; " + "; ".join(extra) if extra else ""),
+                                         t["path"], t["line"])],
+                      extra={"kind": "fragmentation", "device": t["device"]})
     for snap in ctx.section("memory").get("snapshots") or []:  # the allocator's own segments
         for d in snap.get("devices") or []:
             res, alloc = d.get("reserved") or 0, d.get("allocated") or 0

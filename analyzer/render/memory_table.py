@@ -56,6 +56,11 @@ def other_lines(report: dict) -> list[str]:
                    + (f" of {_mib(cap)}" if cap else "")
                    + (f", {g.get('series', '').replace('_', ' ')} grows {_mib(rate)} MiB/step"
                       if rate is not None else ""))
+    for t in (mem.get("summaries") or [])[:MAX_ROWS]:
+        out.append(f"memory_summary of rank {t.get('rank')} {t.get('device')}: peak allocated "
+                   f"{_mib(t.get('allocated_peak'))} MiB, peak reserved {_mib(t.get('reserved_peak'))} MiB, "
+                   f"non-releasable {_mib(t.get('non_releasable_peak'))} MiB, {t.get('alloc_retries')} cudaMalloc "
+                   "retries")
     for s in (mem.get("snapshots") or [])[:MAX_ROWS]:
         for d in s.get("devices") or []:
             out.append(f"snapshot{' of rank ' + str(s['rank']) if s.get('rank') is not None else ''} cuda:"

@@ -208,6 +208,35 @@ def _log_reports(job: Any) -> list[dict]:
     return out
 
 
+def _summaries(job: Any) -> list[dict]:
+    """torch.cuda.memory_summary() tables in stderr, per rank and device, the last one printed: current and peak
+    allocated, reserved and non-releasable bytes, the OOM and cudaMalloc-retry counts (the rows come line by line
+    from the stderr parser; a header line names the device of the rows after it)."""
+    last: dict = {}
+    for log in getattr(job, "stderr_logs", []) or []:
+        ev = getattr(log, "events", None)
+        if ev is None or not len(ev):
+            continue
+        device: dict = {}
+        for e in sorted((e for e in ev.records() if e.get("kind") == "memory_summary"), key=lambda e: e["line"]):
+            rank, what = int(e.get("rank", -1)), e.get("where")
+            if what == "header":
+                device[rank] = int(e.get("device") or 0)
+                key = (rank, device[rank])
+                last[key] = {"rank": rank if rank >= 0 else None, "device": f"cuda:{device[rank]}",
+                             "path": str(getattr(log, "path", "")), "line": int(e["line"]),
+                             "tables": last.get(key, {}).get("tables", 0) + 1}
+                continue
+            t = last.get((rank, device.get(rank, 0)))
+            if t is None:
+                continue
+            if what == "counts":
+                t["ooms"], t["alloc_retries"] = _pos(e.get("code")), _pos(e.get("seq"))
+            else:
+                t[what + "_current"], t[what + "_peak"] = _pos(e.get("bytes_a")), _pos(e.get("bytes_b"))
+    return [last[k] for k in sorted(last, key=lambda k: (k[0], k[1]))][:1000]
+
+
 def _pos(v: Any) -> Optional[int]:
     try:
         v = int(v)
@@ -227,12 +256,13 @@ def memory_section(job: Any, report: Optional[dict] = None) -> dict:
             trace_ooms.append({"source": "trace", "rank": rank, **o})
     ooms = trace_ooms + _log_ooms(job, rows)
     logs = _log_reports(job)
+    summaries = _summaries(job)
     snaps = [{"path": s.path, "rank": s.rank, "devices": s.devices, "ooms": s.ooms, "actions": s.actions}
              for s in getattr(job, "memory_snapshots", []) or []]
     for s in snaps:
         for o in s["ooms"]:
             ooms.append({"source": "snapshot", "rank": s["rank"], "path": s["path"], **o})
-    if not rows and not ooms and not logs and not snaps:
+    if not rows and not ooms and not logs and not snaps and not summaries:
         return {}
     pipeline = ((report or {}).get("cross_rank") or {}).get("pipeline") or {}
     return {
@@ -243,6 +273,7 @@ def memory_section(job: Any, report: Optional[dict] = None) -> dict:
         "ooms": ooms,
         "logs": logs,
         "snapshots": snaps,
+        "summaries": summaries,
     }
 
 
