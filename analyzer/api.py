@@ -103,6 +103,14 @@ class Analysis:
         return self._get("idle", lambda: idle_frame(self.job))
 
     @property
+    def memory(self) -> pd.DataFrame:
+        """Per rank, device and traced step: allocated at the step's start and end, peak allocated, reserved then
+        and the step's peak reserved (bytes), the operator of the peak, event count, device capacity (profile_memory
+        traces; empty without memory events)."""
+        from analyzer.report.memory import memory_frame
+        return self._get("memory", lambda: memory_frame(self.report.get("memory") or {}))
+
+    @property
     def findings(self) -> list[dict]:
         """The ranked findings (root causes; what each explains is under its ``consequences``)."""
         return list(self.report.get("findings") or [])

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from parsers.errors import InputError
 from parsers.flight_recorder import looks_like_fr_dump
+from parsers.memory_snapshot import looks_like_snapshot
 from parsers.log_shape import LogShape, judge
 from parsers.nccl_log import looks_like_nccl_log
 from parsers.nccl_ras import looks_like_ras
@@ -19,6 +20,7 @@ from parsers.safe_open import not_regular_reason, open_input
 #: Kinds a file can be classified as.
 KINETO, NCCL_LOG, FR_DUMP, UNKNOWN = "kineto", "nccl_log", "flight_recorder", "unknown"
 NCCL_RAS = "nccl_ras"  # a saved NCCL RAS report (parsers/nccl_ras.py)
+MEMORY_SNAPSHOT = "memory_snapshot"  # the CUDA caching allocator's snapshot pickle (parsers/memory_snapshot.py)
 STDERR = "stderr"  # torchrun / PyTorch / gloo / CUDA stderr (parsers/torch_stderr.py); NCCL debug logs stay nccl_log
 
 _HEAD_BYTES = 256 * 1024
@@ -127,6 +129,8 @@ def classify(path: Path) -> InputFile:
         if shape.is_log or (shape.only_tracebacks and (_RANK_FILE.search(str(path)) or _ends_in_traceback(path))):
             return InputFile(str(path), STDERR, "text with Python tracebacks / torchrun / c10d / gloo / CUDA lines")
         return InputFile(str(path), UNKNOWN, shape.reason())
+    if looks_like_snapshot(head):
+        return InputFile(str(path), MEMORY_SNAPSHOT, "CUDA caching allocator snapshot (pickle)")
     if head.startswith(b"\x80") and len(head) > 1 and head[1] in range(2, 6):
         return InputFile(str(path), UNKNOWN, "binary: a Python pickle that is not a Flight Recorder dump")
     if b"\x00" in head[:4096] or _binary_share(head[:4096]) > 0.3:

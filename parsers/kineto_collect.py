@@ -49,6 +49,23 @@ def _name_flags(nm: str, table: CommKernelTable = DEFAULT_TABLE) -> int:
     return f
 
 
+def _int_or(v: Any, default: int) -> int:
+    return v if v.__class__ is int and -I64_SAFE < v < I64_SAFE else default
+
+
+def _memory_row(e: Event, oom: bool) -> tuple:
+    """A ``[memory]`` / ``[OutOfMemory]`` instant event → (ts, bytes, allocated, reserved, device type, device id,
+    tid, oom); a missing or non-integer value is -1 (bytes: 0; ts: NaN, dropped when the table is built)."""
+    a = e.args
+    ts = e.ts
+    ts = ts if ts.__class__ is float else num(ts, float("nan"))
+    if a is None or not hasattr(a, "nbytes"):
+        return ts, 0, -1, -1, -1, -1, _int_or(e.tid, -1), oom
+    dt, di = _int_or(a.device_type, -1), _int_or(a.device_id, -1)
+    return (ts, _int_or(a.nbytes, 0), _int_or(a.total_allocated, -1), _int_or(a.total_reserved, -1),
+            dt if -128 <= dt < 128 else -1, di if -(1 << 31) < di < (1 << 31) else -1, _int_or(e.tid, -1), oom)
+
+
 class Collector:
     """Reduces decoded events, slice by slice, to the columns the tables are built from (file order kept).
 
@@ -60,6 +77,8 @@ class Collector:
                np.int64, np.bool_)
     R_TYPES = (np.float64, np.int64, np.int32)
     C_TYPES = (np.float64, np.float64, np.int32, np.int32, np.bool_, np.int32)
+    M_TYPES = (np.float64, np.int64, np.int64, np.int64, np.int8, np.int32, np.int64, np.bool_)
+    O_TYPES = (np.float64, np.float64, np.int64, np.int32)
 
     def __init__(self, table: Optional[CommKernelTable] = None) -> None:
         self.table = table or DEFAULT_TABLE  # which kernel names are communication (parsers/comm_kernels.py)
@@ -81,6 +100,11 @@ class Collector:
         self.ann: list[tuple] = []     # name, ts, dur, on the GPU track
         self.p2p: list[tuple] = []     # tid, ts, peer
         self.notes: list[str] = []     # what the decoder had to repair, for the warnings
+        self.mem: list[tuple] = []     # per slice: ts, bytes, allocated, reserved, device type, device id, tid, oom
+        #: keep CPU operators (ts, dur, tid, name) of a GPU trace too: the trace says it was profiled with
+        #: profile_memory, so each memory peak can be given the operator that allocated it
+        self.keep_mem_ops = False
+        self.mem_ops: list[tuple] = []
         self.has_gpu = False
         self.last_x: Optional[tuple] = None    # (ts, tid, cat) of the last X event in file order
         self.thread_order: list[Any] = []      # tids in the order the thread_name metadata lists them
@@ -117,6 +141,9 @@ class Collector:
         gts, gdur, gname, gkind, gstream, gtid, gdev, gpid, gcorr, gext, gcoll = ([] for _ in range(11))
         rts, rcorr, rtid = [], [], []
         cts, cdur, ctid, cname, cua, cspan = ([] for _ in range(6))
+        mem: list[tuple] = []
+        ots, odur, otid, oname = [], [], [], []
+        keep_ops = self.keep_mem_ops
         g_args = self.g_args
         flags, name_code, tid_code = self.flags, self.name_code, self.tid_code
         cat_class, gpu_fixed = _CAT_CLASS, _GPU_FIXED
@@ -124,8 +151,13 @@ class Collector:
         n_bad = 0
         has_gpu = self.has_gpu
         for e in events:
-            if e.ph != "X":
-                if e.ph == "M" and e.name == "thread_name" and e.tid not in self.thread_order:
+            ph = e.ph
+            if ph != "X":
+                if ph == "i":
+                    nm = e.name
+                    if nm == "[memory]" or nm == "[OutOfMemory]":
+                        mem.append(_memory_row(e, nm == "[OutOfMemory]"))
+                elif ph == "M" and e.name == "thread_name" and e.tid not in self.thread_order:
                     self.thread_order.append(e.tid)
                 continue
             ts = e.ts
@@ -145,6 +177,16 @@ class Collector:
             fl = flags.get(nm)
             if fl is None:
                 fl = flags[nm] = _name_flags(nm, self.table)
+            if keep_ops and cls == _C_CPU and not bad:
+                c = name_code.get(nm)
+                if c is None:
+                    c = self._name(nm)
+                d = e.dur
+                ots.append(ts)
+                odur.append(d if d.__class__ is float else num(d, 0.0))
+                v = e.tid
+                otid.append(v if v.__class__ is int else -1)
+                oname.append(c)
             if not fl:
                 if not cls or (cls == _C_CPU and not keep_cpu):
                     continue  # python_function, flows, ...; CPU ops of a GPU trace
@@ -212,7 +254,7 @@ class Collector:
                         tc = self._tid(t)
                     if fl & F_COMM_SPAN:
                         a = e.args
-                        if a is not None and a.__class__ is ShapeArgs:
+                        if a is not None and isinstance(a, ShapeArgs):
                             gloo_size(nm, a)
                         x = a.external_id if a is not None else None
                         span = len(self.spans)
@@ -246,6 +288,10 @@ class Collector:
         if gts:
             self.g.append(tuple(arr(v, t) for v, t in zip(
                 (gts, gdur, gname, gkind, gstream, gtid, gdev, gpid, gcorr, gext, gcoll), self.G_TYPES)))
+        if mem:
+            self.mem.append(tuple(arr(list(v), t) for v, t in zip(zip(*mem), self.M_TYPES)))
+        if ots:
+            self.mem_ops.append(tuple(arr(v, t) for v, t in zip((ots, odur, otid, oname), self.O_TYPES)))
         if rts:
             self.r.append(tuple(arr(v, t) for v, t in zip((rts, rcorr, rtid), self.R_TYPES)))
         if has_gpu:

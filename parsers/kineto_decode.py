@@ -14,7 +14,8 @@ from typing import Optional
 import msgspec
 
 from parsers.errors import InputError
-from parsers.kineto_events import GLOO_MARK, DocMembers, Event, LenientDoc, ShapeEvent, TypedDoc, TypedShapeDoc
+from parsers.kineto_events import (GLOO_MARK, MEM_MARK, DocMembers, Event, LenientDoc, TypedDoc, TypedMemDoc,
+                                   TypedMemShapeDoc, TypedShapeDoc, event_type)
 from parsers.trace_bytes import quote_non_finite, salvage_json_prefix, scan_array
 
 #: JSON whitespace, and a UTF-8 byte-order mark (some writers put one before the document)
@@ -27,12 +28,13 @@ class Fallback(Exception):
 
 
 DOC_DECODER = msgspec.json.Decoder(TypedDoc)
-_SHAPE_DOC_DECODER = msgspec.json.Decoder(TypedShapeDoc)
+#: whole documents by (gloo spans, memory events) present: the struct decodes only the args that are there
+_DOC_DECODERS = {(False, False): DOC_DECODER, (True, False): msgspec.json.Decoder(TypedShapeDoc),
+                 (False, True): msgspec.json.Decoder(TypedMemDoc), (True, True): msgspec.json.Decoder(TypedMemShapeDoc)}
 _LENIENT_DECODER = msgspec.json.Decoder(LenientDoc)
-_CHUNK_DECODER = msgspec.json.Decoder(list[Event])
-_CHUNK_SHAPES = msgspec.json.Decoder(list[ShapeEvent])
-_EVENT_DECODER = msgspec.json.Decoder(Event)
-_EVENT_SHAPES = msgspec.json.Decoder(ShapeEvent)
+_KINDS = ((False, False), (True, False), (False, True), (True, True))
+_CHUNK_DECODERS = {k: msgspec.json.Decoder(list[event_type(*k)]) for k in _KINDS}
+_EVENT_DECODERS = {k: msgspec.json.Decoder(event_type(*k)) for k in _KINDS}
 _RAW_LIST = msgspec.json.Decoder(list[msgspec.Raw])
 #: About how deep the decoder nests before RecursionError (for the messages)
 DEPTH_HINT = 1000
@@ -67,30 +69,30 @@ class SliceNotes:
         return out
 
 
-def _events_of(part, notes: SliceNotes, base: int, shapes: bool = False) -> list[Event]:
+def _events_of(part, notes: SliceNotes, base: int, shapes: bool = False, mem: bool = False) -> list[Event]:
     """Decode one slice (a JSON list of events); malformed events and bad UTF-8 are repaired or skipped.
 
     Raises msgspec.DecodeError only when the slice is not valid JSON text (a wrong boundary guess or damage).
     ``base`` is the absolute offset of the slice's first byte, for the notes; ``shapes``: the slice holds gloo
-    spans, decode their input shapes too.
+    spans, decode their input shapes too; ``mem``: it holds memory events, decode their args too.
     """
     try:
-        return (_CHUNK_SHAPES if shapes else _CHUNK_DECODER).decode(part)
+        return _CHUNK_DECODERS[shapes, mem].decode(part)
     except (msgspec.ValidationError, RecursionError):
         data = bytes(part)
         fixed = _utf8_repaired(data, notes, base)
-        return _lenient_events(data if fixed is None else fixed, notes, shapes)
+        return _lenient_events(data if fixed is None else fixed, notes, shapes, mem)
     except (UnicodeDecodeError, msgspec.DecodeError) as exc:
         if not isinstance(exc, UnicodeDecodeError) and "UTF-8" not in str(exc):
             fixed, n = quote_non_finite(bytes(part))
             if not n:
                 raise
-            events = _events_of(fixed, notes, base, shapes)  # raises (the slice is damaged) when still invalid
+            events = _events_of(fixed, notes, base, shapes, mem)  # raises (the slice is damaged) when still invalid
             notes.non_finite += n
             return events
         fixed = _utf8_repaired(bytes(part), notes, base)
         if fixed is not None:
-            return _events_of(fixed, notes, base, shapes)
+            return _events_of(fixed, notes, base, shapes, mem)
         raise exc from None
 
 
@@ -105,7 +107,7 @@ def _utf8_repaired(data: bytes, notes: SliceNotes, base: int) -> Optional[bytes]
     return None
 
 
-def _lenient_events(part, notes: SliceNotes, shapes: bool = False) -> list[Event]:
+def _lenient_events(part, notes: SliceNotes, shapes: bool = False, mem: bool = False) -> list[Event]:
     """Event by event: an element of the wrong shape is skipped (or kept without bad args), a too-deep one skipped."""
     try:
         raws = _RAW_LIST.decode(part)
@@ -119,9 +121,10 @@ def _lenient_events(part, notes: SliceNotes, shapes: bool = False) -> list[Event
                 raws.append(data[s0:e])
             prev = e
     out = []
+    decoder = _EVENT_DECODERS[shapes, mem]
     for r in raws:
         try:
-            out.append((_EVENT_SHAPES if shapes else _EVENT_DECODER).decode(r))
+            out.append(decoder.decode(r))
             continue
         except RecursionError:
             notes.too_deep += 1
@@ -158,13 +161,14 @@ def decode_slice(buf: bytearray, start: int, end: int, closing_inserted: bool, n
     a copy. Raises msgspec.DecodeError when the bytes are not a valid event list (a wrong guess, or damage).
     """
     shapes = buf.find(GLOO_MARK, start, end) >= 0
+    mem = buf.find(MEM_MARK, start, end) >= 0
     if closing_inserted:
-        return _events_of(bytes(buf[start:end]) + b"]", notes, base, shapes)
+        return _events_of(bytes(buf[start:end]) + b"]", notes, base, shapes, mem)
     saved = buf[end]
     buf[end] = ord("]")
     try:
         with memoryview(buf) as mv, mv[start:end + 1] as part:
-            return _events_of(part, notes, base, shapes)
+            return _events_of(part, notes, base, shapes, mem)
     finally:
         buf[end] = saved
 
@@ -204,9 +208,9 @@ def _typed_or_lenient(data: bytes, notes: list[str]) -> TypedDoc:
 
     Raises msgspec.DecodeError only for JSON that is malformed as text.
     """
-    shapes = GLOO_MARK in data
+    shapes, mem = GLOO_MARK in data, MEM_MARK in data
     try:
-        return (_SHAPE_DOC_DECODER if shapes else DOC_DECODER).decode(data)
+        return _DOC_DECODERS[shapes, mem].decode(data)
     except msgspec.ValidationError:
         pass
     raw = _LENIENT_DECODER.decode(data)  # raises when traceEvents itself is not a list
@@ -216,7 +220,7 @@ def _typed_or_lenient(data: bytes, notes: list[str]) -> TypedDoc:
             skipped += 1
             continue
         try:
-            events.append(msgspec.convert(e, ShapeEvent if shapes else Event))
+            events.append(msgspec.convert(e, event_type(shapes, mem)))
         except msgspec.ValidationError:
             try:
                 events.append(msgspec.convert({k: v for k, v in e.items() if k != "args"}, Event))

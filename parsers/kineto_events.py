@@ -56,6 +56,42 @@ class ShapeEvent(Event, gc=False):
 
 
 GLOO_MARK = b'"gloo:'
+#: in every slice that holds a ``[memory]`` or ``[OutOfMemory]`` instant event (and almost never elsewhere)
+MEM_MARK = b'emory]"'
+
+
+class MemArgs(EventArgs, gc=False):
+    """EventArgs plus the args of profile_memory's ``[memory]`` / ``[OutOfMemory]`` events: decoded only for slices
+    that hold memory events (``MEM_MARK``), so traces profiled without profile_memory pay nothing for them."""
+
+    nbytes: Any = msgspec.field(default=None, name="Bytes")
+    total_allocated: Any = msgspec.field(default=None, name="Total Allocated")
+    total_reserved: Any = msgspec.field(default=None, name="Total Reserved")
+    device_type: Any = msgspec.field(default=None, name="Device Type")
+    device_id: Any = msgspec.field(default=None, name="Device Id")
+
+
+class MemShapeArgs(ShapeArgs, gc=False):
+    """ShapeArgs plus the memory events' args (a slice with both gloo spans and memory events)."""
+
+    nbytes: Any = msgspec.field(default=None, name="Bytes")
+    total_allocated: Any = msgspec.field(default=None, name="Total Allocated")
+    total_reserved: Any = msgspec.field(default=None, name="Total Reserved")
+    device_type: Any = msgspec.field(default=None, name="Device Type")
+    device_id: Any = msgspec.field(default=None, name="Device Id")
+
+
+class MemEvent(Event, gc=False):
+    args: Optional[MemArgs] = None
+
+
+class MemShapeEvent(Event, gc=False):
+    args: Optional[MemShapeArgs] = None
+
+
+def event_type(shapes: bool, mem: bool) -> type:
+    """The event struct a slice decodes into: shapes for gloo spans, memory args for memory events."""
+    return (MemShapeEvent if shapes else MemEvent) if mem else (ShapeEvent if shapes else Event)
 
 
 class DocMembers(msgspec.Struct):
@@ -67,6 +103,7 @@ class DocMembers(msgspec.Struct):
     baseTimeNanoseconds: Any = None
     host_name: Any = None
     traceName: Any = None
+    profile_memory: Any = None  # torch writes 1 when profiled with profile_memory=True (ahead of traceEvents)
 
 
 class TypedDoc(DocMembers):
@@ -81,3 +118,11 @@ class LenientDoc(DocMembers):
 
 class TypedShapeDoc(DocMembers):
     traceEvents: Optional[list[ShapeEvent]] = None
+
+
+class TypedMemDoc(DocMembers):
+    traceEvents: Optional[list[MemEvent]] = None
+
+
+class TypedMemShapeDoc(DocMembers):
+    traceEvents: Optional[list[MemShapeEvent]] = None

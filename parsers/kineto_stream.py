@@ -103,6 +103,7 @@ class _Stream:
 
     def run(self) -> tuple[Collector, TypedDoc, Optional[dict]]:
         head, start = self.header()
+        self.col.keep_mem_ops = bool(head.profile_memory)
         result = self.events(start)
         col = self.col
         col.notes = [f"{self.reader.path}: {n}" for n in self.notes.lines()]

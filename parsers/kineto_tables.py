@@ -17,6 +17,7 @@ from parsers.kineto_collectives import (SpanIndex, coll_record, collectives_fram
                                         sendrecv_is_alltoall)
 from parsers.kineto_events import TypedDoc
 from parsers.kineto_steps import annotations_table, steps_table
+from parsers.kineto_memory import device_capacities, memory_tables
 from parsers.kineto_trace import KIND_CODE, KINDS, KinetoTrace
 from parsers.kineto_values import I64_SAFE, MAX_DUR_US, MAX_RANKS, arr, int_col, plausible_rank
 
@@ -74,6 +75,9 @@ def build_trace(col: Collector, path: Path, doc: TypedDoc, warnings: list[str]) 
         warnings.append(f"{path}: no device activity or CPU operators found")
     trace = KinetoTrace(str(path), rank, rank_source, world, meta, activity, names, coll, steps,
                         annotations, warnings)
+    trace.memory, trace.memory_ops = memory_tables(col)
+    if trace.memory is not None:
+        meta["device_memory"] = device_capacities(doc)
     if spans:
         trace.cpu_comm = pd.DataFrame({
             "start": np.array([x[0] for x in spans], dtype=np.int64),

@@ -32,6 +32,12 @@ class KinetoTrace:
     cpu_comm: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(
         {"start": np.empty(0, np.int64), "end": np.empty(0, np.int64), "tid": np.empty(0, np.int64), "name": []}))
 
+    #: profile_memory's events (parsers/kineto_memory.py): ts (ns), bytes, allocated, reserved, device_type,
+    #: device_id, tid, oom; None when the trace has none
+    memory: Optional[pd.DataFrame] = None
+    #: the CPU operators a memory event can fall in: start, end (ns), tid, name; None when not kept
+    memory_ops: Optional[pd.DataFrame] = None
+
     @property
     def device_type(self) -> str:
         return self.meta.get("device_type", "gpu")

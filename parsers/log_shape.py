@@ -33,7 +33,7 @@ MARKER = re.compile(
     r"|CUDA out of memory|OutOfMemoryError|CUDA error: |NCCL error|NCCL (?:INFO|WARN)|NVRM: Xid|Out of memory: Kill"
     r"|Signal \d{1,3} \(SIG|terminate called after|Watchdog caught|monitoredBarrier|nccl[A-Z][a-zA-Z]{2,30}Error"
     r"|ncclInvalid(?:Usage|Argument)|NCCL version \d|oom[-_]kill event|Some NCCL operations have failed"
-    r"|Setting OMP_NUM_THREADS environment variable")
+    r"|Setting OMP_NUM_THREADS environment variable|memory \(MB\) \| allocated: ")
 _FENCE = re.compile(r" {0,3}(?:```|~~~)")
 _TABLE = re.compile(r"\s{0,8}\|.*\|\s*$")
 _CODE = re.compile(r"\s{0,16}(?:def |class |async def |import \w|from [\w.]+ import |return\b|raise \w|assert |"

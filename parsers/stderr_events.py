@@ -25,6 +25,9 @@ GUARD_TRIGRAMS = {
     b"ECC": b"ECC", b"NVRM": b"NVR", b"expected size": b"xpe", b"invalid tensor": b"nva", b"egmentation": b"egm",
     b"_STATUS_": b"US_", b"terminate called": b"rmi", b"got stuck": b"tuc", b"Root Cause": b"Cau",
     b"torch/distributed/elastic": b"d/e", b"torch.distributed.elastic": b"d.e", b"Duplicate GPU": b"upl",
+    b"memory (MB)": b"(MB", b"GiB(": b"iB(", b"memory summary": b"emo", b"Allocated memory": b"emo",
+    b"reserved memory": b"emo", b"Reserved memory": b"emo", b"Non-releasable memory": b"emo",
+    b"cudaMalloc retries": b"Mal",
     b"by remote peer": b"emo", b"ncclIn": b"lIn", b"failed : ": b"d :", b"Got completion from peer": b"mpl", b"NCCL operations have failed": b"ns ",
 }
 GUARD_LITERALS = tuple(GUARD_TRIGRAMS)
@@ -126,6 +129,30 @@ _OOM_NEW_SPLIT = re.compile(r"Of the allocated memory " + _SIZE + r" is allocate
                             + r" is reserved by PyTorch but unallocated")
 _OOM_OLD = re.compile(r"\(GPU (\d{1,4}); " + _SIZE + r" total capacity; " + _SIZE + r" already allocated; " + _SIZE
                       + r" free; (?:" + _SIZE + r" allowed; )?" + _SIZE + r" reserved in total by PyTorch\)")
+# Megatron-LM's report_memory (megatron/training/utils.py): "[Rank N] (after K iterations) memory (MB) | allocated: A |
+# max allocated: B | reserved: C | max reserved: D", MB = 2^20 bytes, printed by the first data-parallel rank
+_NUM = r"(\d{1,12}(?:\.\d{1,16})?)"
+_MEGATRON_MEM = re.compile(r"memory \(MB\) \| allocated: " + _NUM + r" \| max allocated: " + _NUM + r" \| reserved: "
+                           + _NUM + r" \| max reserved: " + _NUM)
+_MEGATRON_ITER = re.compile(r"\(after (\d{1,12}) iterations\)")
+# torchtitan's step line (torchtitan/components/metrics.py): "step: S  loss: L  [grad_norm: G  ]memory: X GiB(P%)
+#  tps: ...", X = torch.cuda.max_memory_reserved() since the last log line, P = X / the device's memory
+_TITAN_MEM = re.compile(r"step:\s{0,8}(\d{1,12})\b.{0,400}?memory:\s{0,8}" + _NUM + r"\s?GiB\s?\(" + _NUM + r"%\)")
+# torch.cuda.memory_summary()'s table (torch/cuda/memory.py), one line at a time: its header names the device, a
+# metric row gives the current and peak sizes (_format_size: B, KiB, MiB, ...; older versions KB, MB, GB)
+_MSUM_HEAD = re.compile(r"PyTorch CUDA memory summary, device ID (\d{1,4})")
+_MSUM_COUNTS = re.compile(r"CUDA OOMs: (\d{1,9})\s{0,20}\|\s{0,20}cudaMalloc retries: (\d{1,12})")
+_SIZE_CELL = r"\s{0,16}(\d{1,15}(?:\.\d{1,3})?)\s?([KMGTP]i?B|B)\s{0,8}\|"
+_MSUM_ROW = re.compile(r"\|\s{0,4}(Allocated memory|GPU reserved memory|Reserved memory|Non-releasable memory)"
+                       r"\s{0,30}\|" + _SIZE_CELL + _SIZE_CELL)
+_MSUM_UNIT = {"B": 1, "KB": 1 << 10, "KiB": 1 << 10, "MB": 1 << 20, "MiB": 1 << 20, "GB": 1 << 30, "GiB": 1 << 30,
+         "TB": 1 << 40, "TiB": 1 << 40, "PB": 1 << 50, "PiB": 1 << 50}
+_MSUM_KEY = {"Allocated memory": "allocated", "GPU reserved memory": "reserved", "Reserved memory": "reserved",
+             "Non-releasable memory": "non_releasable"}
+_ANSI = re.compile(r"\x1b\[[0-9;]{0,16}m")
+# c10/core/impl/alloc_cpu.cpp: the host allocator's failure ("Buy new RAM!" on Windows, in GB)
+_OOM_CPU = re.compile(r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory): you tried to allocate "
+                      r"(\d{1,20})(GB)?")
 _XID = re.compile(r"\b(S?Xid) \((?:PCI:)?([0-9A-Fa-f:.]{1,32})\): (\d{1,6})(?:, pid=('?[^,\s]{0,64}'?))?"
                   r"(?:, name=('?[^,]{0,128}'?))?,? ?([^\n]{0,512})")
 _FALLEN = re.compile(r"GPU (?:at PCI:)?([0-9A-Fa-f:.]{1,32})[^\n]{0,128}?fallen off the bus")
@@ -200,7 +227,7 @@ def classify(body: str) -> list[dict]:
     if "NCCL" in body or "nccl" in body or "atchdog" in body:
         _nccl(body, rows)
     if "CUDA" in body or "ssert" in body or "CUBLAS" in body or "CUDNN" in body or "out of memory" in body \
-            or "OutOfMemoryError" in body:
+            or "OutOfMemoryError" in body or "CPUAllocator" in body:
         _cuda(body, rows)
     if "Xid" in body or "NVRM" in body or "ECC" in body:
         _gpu_driver(body, rows)
@@ -208,6 +235,10 @@ def classify(body: str) -> list[dict]:
             or "Cuda failure" in body or "NET/OFI" in body:
         _nccl_last_error(body, rows)
     _host(body, rows)
+    if "memory (MB)" in body or "GiB(" in body:
+        _memory_report(body, rows)
+    elif "memory" in body or "cudaMalloc retries" in body:
+        _memory_summary(body, rows)
     return rows
 
 
@@ -400,7 +431,50 @@ def _nccl_last_error(body: str, rows: list[dict]) -> None:
             rows.append(dict(kind="nccl_last_error", reason=m.group(0).strip()[:200]))
 
 
+def _memory_summary(body: str, rows: list[dict]) -> None:
+    """One line of torch.cuda.memory_summary()'s table: its header (device), the OOM / retry counts, or one of the
+    metric rows kept (allocated, reserved, non-releasable: current and peak bytes)."""
+    m = _MSUM_ROW.search(body)
+    if m:
+        cur = int(float(m.group(2)) * _MSUM_UNIT[m.group(3)])
+        peak = int(float(m.group(4)) * _MSUM_UNIT[m.group(5)])
+        rows.append(dict(kind="memory_summary", where=_MSUM_KEY[m.group(1)], bytes_a=cur, bytes_b=peak))
+        return
+    m = _MSUM_HEAD.search(body)
+    if m:
+        rows.append(dict(kind="memory_summary", where="header", device=m.group(1)))
+        return
+    m = _MSUM_COUNTS.search(body)
+    if m:
+        rows.append(dict(kind="memory_summary", where="counts", code=int(m.group(1)), seq=int(m.group(2))))
+
+
+def _memory_report(body: str, rows: list[dict]) -> None:
+    """A training framework's own memory line (Megatron-LM's report_memory, torchtitan's step line)."""
+    if "\x1b" in body:
+        body = _ANSI.sub("", body)
+    m = _MEGATRON_MEM.search(body)
+    if m:
+        it = _MEGATRON_ITER.search(body, 0, m.start() + 1)
+        a, ma, r, mr = (int(float(x) * 2**20) for x in m.groups())
+        rows.append(dict(kind="memory_report", where="megatron", seq=int(it.group(1)) if it else -1,
+                         bytes_allocated=a, bytes_max_allocated=ma, bytes_reserved=r, bytes_max_reserved=mr))
+        return
+    m = _TITAN_MEM.search(body)
+    if m:
+        mr, pct = float(m.group(2)) * 2**30, float(m.group(3))
+        rows.append(dict(kind="memory_report", where="torchtitan", seq=int(m.group(1)), bytes_max_reserved=int(mr),
+                         bytes_total=int(round(mr * 100 / pct / 2**20)) * 2**20 if pct > 0 else -1))
+
+
 def _cuda(body: str, rows: list[dict]) -> None:
+    if "CPUAllocator" in body:
+        m = _OOM_CPU.search(body)
+        if m:
+            n = int(m.group(1)) << (30 if m.group(2) else 0)
+            rows.append(dict(kind="oom", bytes_requested=n if n < 1 << 62 else -1, device="cpu",
+                             reason="host allocator"))
+            return
     if "out of memory" in body or "OutOfMemoryError" in body:
         w = _window(body, "out of memory" if "out of memory" in body else "OutOfMemoryError")
         row = dict(kind="oom")

@@ -35,7 +35,8 @@ EVENT_COLUMNS: dict[str, object] = {
     "line": -1, "rank": -1, "local_rank": -1, "label": "", "pid": -1, "kind": "", "exc_type": "", "message": "",
     "peer": "", "peer_rank": -1, "tag": -1, "group": "", "seq": -1, "op": "", "timeout_ms": -1, "nccl_version": "",
     "reason": "", "where": "", "code": -1, "bytes_a": -1, "bytes_b": -1, "bytes_requested": -1, "bytes_total": -1,
-    "bytes_free": -1, "bytes_allocated": -1, "bytes_reserved_unallocated": -1, "device": "", "source": "stream",
+    "bytes_free": -1, "bytes_allocated": -1, "bytes_reserved_unallocated": -1, "bytes_max_allocated": -1,
+    "bytes_reserved": -1, "bytes_max_reserved": -1, "device": "", "source": "stream",
     "text": "",
 }
 TRACEBACK_COLUMNS: dict[str, object] = {
@@ -67,6 +68,7 @@ _SNIFF = re.compile(
     rb"|ChildFailedError|gloo/transport|ProcessGroupGloo|\[c10d\]|TCPStore|Dist(?:Backend|Store|Network)Error"
     rb"|CUDA out of memory|OutOfMemoryError|CUDA error: |NCCL error|NVRM: Xid|Out of memory: Kill"
     rb"|Signal \d{1,3} \(SIG|Setting OMP_NUM_THREADS environment variable|oom[-_]kill event|terminate called after"
+    rb"|memory \(MB\) \| allocated: "  # Megatron-LM's per-rank memory report
 )
 _NOT_LOG_SUFFIXES = {".py", ".pyi", ".md", ".rst", ".html", ".htm", ".ipynb", ".json", ".yaml", ".yml", ".toml",
                      ".c", ".cc", ".cpp", ".h", ".hpp", ".cu", ".sh", ".csv", ".tex", ".cfg", ".ini"}

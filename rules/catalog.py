@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Optional
 
 from rules import (balance_rules, baseline_rules, comm_rules, desync_rules, hang_rules, input_rules,  # noqa: F401
+                   memory_rules,
                    network_rules, pipeline_rules, placement_rules)
 from rules.registry import RULES, Rule
 

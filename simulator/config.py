@@ -12,6 +12,7 @@ FAULT_KINDS = (
     "extra_collective", "skipped_collective", "stalled_rank", "crashed_rank", "uneven_last_batch",
     "tp_cross_host", "nccl_socket", "nccl_wrong_interface", "small_buckets", "no_overlap",
     "moe_imbalance", "slow_link",
+    "memory_leak",  # trace.memory.leak_mib_per_step names the leaking ranks (simulator/memory.py): truth only
 )
 SCHEDULES = ("ddp", "fsdp", "pp_gpipe", "pp_1f1b", "pp_interleaved", "none")
 

@@ -246,7 +246,13 @@ def expected(job: Job, files: dict, watchdog: dict) -> dict:
         "hang": truth.hang(eng, _culprits(cfg)) if hung else None,
         "watchdog": {str(r): {k: v for k, v in w.items() if k != "lines"} for r, w in sorted(watchdog.items())},
         "faults": faults,
+        **({"memory": _memory_truth(job)} if cfg["trace"].get("memory") else {}),
     }
+
+
+def _memory_truth(job: Job) -> dict:
+    from simulator.memory import truth as memory_truth
+    return memory_truth(job)
 
 
 def _culprits(cfg: dict) -> list[int]:

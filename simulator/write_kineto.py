@@ -36,7 +36,7 @@ class KinetoWriter:
                                   "pg_size": len(g.ranks), "ranks": g.ranks} for g in groups]
             dist["nccl_version"] = cfg["nccl"]["version"]
         head = {"schemaVersion": 1, "deviceProperties": props, "distributedInfo": dist,
-                "record_shapes": 0, "with_stack": 0, "profile_memory": 0,
+                "record_shapes": 0, "with_stack": 0, "profile_memory": 1 if cfg["trace"].get("memory") else 0,
                 "traceName": f"/workspace/traces/rank{r}.pt.trace.json", "displayTimeUnit": "ms"}
         if not self.old:
             head["baseTimeNanoseconds"] = str(job.base_ns[r])
@@ -71,6 +71,9 @@ class KinetoWriter:
             yield {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}", "pid": pid, "tid": tid,
                    "ts": rel(ws), "dur": _ts(we - ws, old), "args": {"External id": ext, "Record function id": 0}}
             ext += 1
+        if job.cfg["trace"].get("memory"):
+            from simulator.memory import memory_events
+            yield from memory_events(job, r, st.steps, rel, pid, tid, dev)
         comm_spans = iter([c for c in st.cpu_spans if c[1] == "record_param_comms"])
         for cat, name, a, b in st.cpu_spans:
             if name == "record_param_comms":

@@ -43,7 +43,9 @@ REAL = sorted(p for p in (ROOT / "fixtures").rglob("*.json.gz") if _sliced(p))
 def _same(a, b) -> None:
     """Every field of two KinetoTraces is equal (frames: values, dtypes, column order)."""
     assert (a.path, a.rank, a.rank_source, a.world_size) == (b.path, b.rank, b.rank_source, b.world_size)
-    assert a.meta == b.meta
+    # each device's capacity came with the memory table, after the reference was frozen (compared across slice
+    # sizes in _check)
+    assert {k: v for k, v in a.meta.items() if k != "device_memory"} == b.meta
     assert a.names == b.names
     # the current parser also rejects timestamps out of int64 range, and says so
     assert [w.replace("non-numeric or out-of-range ts", "non-numeric ts") for w in a.warnings] == b.warnings
@@ -76,11 +78,22 @@ _CUT_KEYS = ("cut_at_ns", "cut_tid", "lost_tids")
 def _check(path: Path, chunks=(256, 4096, kineto.CHUNK_BYTES), must_stream: bool = True, monkeypatch=None):
     want = ref.load_trace(path)
     cuts = set()
+    memory = []  # the memory tables (added after the reference was frozen): the same at every slice size
     for cb in chunks:
         if monkeypatch is not None and must_stream:
             monkeypatch.setattr(kineto, "_whole", _no_fallback)
         got = kineto.load_trace(path, chunk_bytes=cb)
         _same(got, want)
+        memory.append((got.memory, got.memory_ops, got.meta.get("device_memory")))
+        if memory[0][0] is None:
+            assert got.memory is None and got.memory_ops is None and "device_memory" not in got.meta
+        else:
+            pd.testing.assert_frame_equal(got.memory, memory[0][0], check_exact=True)
+            if memory[0][1] is None:  # operators are kept only when the header says profile_memory
+                assert got.memory_ops is None
+            else:
+                pd.testing.assert_frame_equal(got.memory_ops, memory[0][1], check_exact=True)
+            assert got.meta["device_memory"] == memory[0][2]
         cuts.add(repr({k: (got.salvage or {}).get(k) for k in _CUT_KEYS}))
         if monkeypatch is not None:
             monkeypatch.undo()

@@ -22,7 +22,7 @@ HANG_KINDS = {"mismatched_op": "HANG001", "mismatched_size": "HANG001", "mismatc
 PERF_KINDS = {"data_loader_stall": "LOAD003", "slow_link": "NET004", "moe_imbalance": "MOE001",
               "nccl_socket": "NET002", "nccl_wrong_interface": "NET003", "no_overlap": "COMM001",
               "small_buckets": "COMM003", "straggler": "LOAD001", "tp_cross_host": "NET001",
-              "uneven_last_batch": "LOAD004"}
+              "uneven_last_batch": "LOAD004", "memory_leak": "MEM001"}
 #: warnings that remain on jobs without an injected fault, each true (docs/rules.md, "Findings on clean data")
 # real-cpu/pp-*: 4 stages computing on 2 shared cores time-slice (fixtures/real-cpu/README.md, "Noise"): their
 # bubble really is above theory (+27 / +11 points over stage 0's window), but the stages' own transfer and host

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from analyzer.load.damage import CutDamage, assess_job, drop_excluded
 from analyzer.load.engine import Engine, LocalEngine
-from parsers.discover import FR_DUMP, KINETO, NCCL_LOG, NCCL_RAS, STDERR, discover, known_non_input
+from parsers.discover import FR_DUMP, KINETO, MEMORY_SNAPSHOT, NCCL_LOG, NCCL_RAS, STDERR, discover, known_non_input
 from parsers.errors import InputError
 from parsers.table import Table
 
@@ -53,6 +53,8 @@ class Job:
     ras_reports: list[Any] = field(default_factory=list)
     #: one StderrLog (parsers/torch_stderr.py) per stderr file, and per NCCL log that also holds stderr lines
     stderr_logs: list[Any] = field(default_factory=list)
+    #: the CUDA caching allocator's snapshots (parsers/memory_snapshot.py), for the memory section
+    memory_snapshots: list[Any] = field(default_factory=list)
     #: the jobs found among the traces when there were several (docs/api.md): label, ranks, selected, ...
     jobs: list[dict] = field(default_factory=list)
     #: traces cut off mid-write: what each lost and which of its steps the metrics leave out (analyzer/load/damage.py)
@@ -165,6 +167,17 @@ def _parse_other(kind: str, path: str) -> tuple[Any, str]:
         return None, f"internal error while parsing ({type(exc).__name__}: {exc})"
 
 
+def _parse_snapshot(path: str) -> tuple[Any, str]:
+    """Parse an allocator snapshot through the restricted unpickler; failures become messages."""
+    try:
+        from parsers.memory_snapshot import load_snapshot
+        return load_snapshot(path), ""
+    except InputError as exc:
+        return None, exc.reason
+    except Exception as exc:  # noqa: BLE001 - a parser bug must not sink the other files
+        return None, f"internal error while parsing ({type(exc).__name__}: {exc})"
+
+
 def _parse_stderr(path: str) -> tuple[Any, str]:
     """Worker: parse one stderr file (or the stderr lines of an NCCL log); failures become messages."""
     try:
@@ -236,7 +249,7 @@ def load_job(paths: list[str | Path], jobs: Optional[int] = None,
     trace_paths = [f.path for f in found if f.kind == KINETO]
     ignored = [f.path for f in found if known_non_input(f)]  # README, scripts, a fixture's ground truth
     for f in found:
-        if f.kind not in (KINETO, NCCL_LOG, NCCL_RAS, FR_DUMP, STDERR) and not known_non_input(f):
+        if f.kind not in (KINETO, NCCL_LOG, NCCL_RAS, FR_DUMP, STDERR, MEMORY_SNAPSHOT) and not known_non_input(f):
             records.append(FileRecord(f.path, f.kind, SKIPPED, f.reason))
 
     if engine is None:
@@ -293,8 +306,15 @@ def load_job(paths: list[str | Path], jobs: Optional[int] = None,
             if rec.path == path:
                 rec.rank = r
 
-    logs, dumps, ras = [], [], []
+    logs, dumps, ras, snapshots = [], [], [], []
     for f in found:
+        if f.kind == MEMORY_SNAPSHOT and (keep_folder is None or _under(f.path, keep_folder)):
+            snap, err = _parse_snapshot(f.path)
+            records.append(FileRecord(f.path, f.kind, FAILED, err) if snap is None else
+                           FileRecord(f.path, f.kind, READ, "; ".join(snap.warnings[:1]), snap.rank))
+            if snap is not None:
+                snapshots.append(snap)
+                warnings.extend(snap.warnings)
         if f.kind in (NCCL_LOG, NCCL_RAS, FR_DUMP):
             if keep_folder is not None and not _under(f.path, keep_folder):
                 records.append(FileRecord(f.path, f.kind, SKIPPED, "in another job's folder; this run analyses "
@@ -332,6 +352,7 @@ def load_job(paths: list[str | Path], jobs: Optional[int] = None,
     out.jobs = found_jobs
     out.ras_reports = ras
     out.ignored = ignored
+    out.memory_snapshots = snapshots
     return out
 
 

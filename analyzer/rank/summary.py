@@ -17,6 +17,7 @@ import pandas as pd
 
 from analyzer.rank import intervals as iv
 from analyzer.rank.breakdown import idle_breakdown, kernel_breakdown
+from analyzer.rank.memory import memory_ooms, memory_steps
 from analyzer.rank.metrics import kind_sets, rank_step_metrics
 from analyzer.rank.packed import Packed, StringPool, pack
 from analyzer.rank.profile import rank_profile
@@ -43,7 +44,7 @@ class RankLanes:
 
 
 #: the summary's small tables, kept packed (analyzer/rank/packed.py) and rebuilt as DataFrames when read
-TABLES = ("steps", "collectives", "step_metrics", "first_gaps", "kernels", "idle")
+TABLES = ("steps", "collectives", "step_metrics", "first_gaps", "kernels", "idle", "memory")
 
 
 def _table(name: str) -> property:
@@ -63,7 +64,8 @@ class RankSummary:
     start, end: own clock, ns), ``collectives`` (COLLECTIVE_COLUMNS; string columns categorical),
     ``step_metrics`` (analyzer.rank.metrics.STEP_COLUMNS; None once the job-wide table holds it),
     ``first_gaps`` (step, gap_ns: step start to its first device activity), ``kernels`` / ``idle``
-    (analyzer.rank.breakdown), ``profile`` (analyzer.rank.profile.rank_profile: (rows, steps) or None).
+    (analyzer.rank.breakdown), ``memory`` (analyzer.rank.memory: per device and step; None without memory
+    events), ``profile`` (analyzer.rank.profile.rank_profile: (rows, steps) or None).
     ``blocks``: the pipeline blocks (analyzer.cross_rank.pipeline_blocks.RankBlocks) of a rank with
     send/recv, else None. ``comm_kernels``: the [tool.analyze] comm-kernels patterns the trace was parsed with
     (re-reads use the same).
@@ -79,19 +81,21 @@ class RankSummary:
     first_gaps = _table("first_gaps")
     kernels = _table("kernels")
     idle = _table("idle")
+    memory = _table("memory")
 
     def __init__(self, path: str, rank: Optional[int], rank_source: str, world_size: Optional[int], meta: dict,
                  steps: pd.DataFrame, collectives: pd.DataFrame, warnings: list[str], salvage: Optional[dict],
                  n_activities: int, activity_start: Optional[int], activity_end: Optional[int],
                  step_metrics: Optional[pd.DataFrame], first_gaps: pd.DataFrame, blocks: Any, profile: Any,
                  kernels: Optional[pd.DataFrame], idle: Optional[pd.DataFrame], extra: Optional[dict] = None,
-                 comm_kernels: tuple = ()):
+                 comm_kernels: tuple = (), memory: Optional[pd.DataFrame] = None):
         self.path, self.rank, self.rank_source, self.world_size = path, rank, rank_source, world_size
         self.meta, self.warnings, self.salvage, self.n_activities = meta, warnings, salvage, n_activities
         self.activity_start, self.activity_end, self.blocks = activity_start, activity_end, blocks
         self.extra, self.comm_kernels = extra or {}, comm_kernels
         self.steps, self.collectives, self.step_metrics = steps, collectives, step_metrics
         self.first_gaps, self.kernels, self.idle = first_gaps, kernels, idle
+        self.memory = memory
         self.profile = profile
 
     def __getstate__(self) -> dict:
@@ -282,5 +286,8 @@ def summarise(trace: Any) -> tuple[RankSummary, RankLanes]:
         activity_end=int(a["end"].max()) if len(a) else None,
         step_metrics=rank_step_metrics(trace), first_gaps=first_activity_gaps(trace), blocks=blocks,
         profile=rank_profile(trace),
-        kernels=kernel_breakdown(trace), idle=idle_breakdown(trace))
+        kernels=kernel_breakdown(trace), idle=idle_breakdown(trace), memory=memory_steps(trace))
+    ooms = memory_ooms(trace)
+    if ooms:
+        summary.extra["memory_ooms"] = ooms
     return summary, lanes_of(sets)

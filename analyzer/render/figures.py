@@ -221,6 +221,44 @@ def share_bars(report: dict) -> Optional[bytes]:
     return _png(fig)
 
 
+def memory(report: dict) -> Optional[bytes]:
+    """Per rank over the traced steps: peak allocated (solid), allocated at the step's end (dotted) and peak reserved
+    (dashed, where the allocator reserves), one colour per rank; a rank's accelerator when it has one, else its host."""
+    rows = (report.get("memory") or {}).get("per_rank") or []
+    pick: dict = {}
+    for r in rows:
+        if r.get("steps") and (r["rank"] not in pick or r.get("device_type") == 1):
+            pick[r["rank"]] = r
+    if not pick:
+        return None
+    big = max(r.get("peak_reserved") or r.get("peak_allocated") or 0 for r in pick.values()) >= 10 * 2**30
+    unit, div = ("GiB", 2**30) if big else ("MiB", 2**20)
+    fig, ax = plt.subplots(figsize=(WIDTH, 3.6))
+    cmap = plt.get_cmap("tab10" if len(pick) <= 10 else "viridis")
+    for i, (rank, r) in enumerate(sorted(pick.items())):
+        st = r["steps"]
+        x = [s["step"] for s in st]
+        c = cmap(i % 10) if len(pick) <= 10 else cmap(i / max(1, len(pick) - 1))
+        label = f"rank {rank} {r['device']}" if len(pick) <= MAX_TICKS else None
+        ax.plot(x, [s["peak_allocated"] / div for s in st], color=c, lw=1.6, marker="o", ms=3, label=label)
+        ax.plot(x, [s["allocated_end"] / div for s in st], color=c, lw=1.0, ls=":")
+        if any(s["peak_reserved"] > 0 for s in st):
+            ax.plot(x, [s["peak_reserved"] / div for s in st], color=c, lw=1.0, ls="--")
+    caps = {r.get("capacity_bytes") for r in pick.values() if r.get("capacity_bytes")}
+    for cap in caps:
+        ax.axhline(cap / div, color="#E45756", lw=0.8)
+        ax.text(ax.get_xlim()[0], cap / div, " device capacity", color="#E45756", fontsize=7, va="bottom")
+    ax.set_xlabel("step")
+    ax.set_ylabel(unit)
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.grid(color="#dddddd", lw=0.5)
+    ax.set_ylim(bottom=0)
+    if len(pick) <= MAX_TICKS:
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False,
+                  ncol=1 if len(pick) <= 16 else 2)
+    return _png(fig)
+
+
 def wait_matrix(job: Any, report: dict) -> Optional[bytes]:
     """Which rank waited for which: µs each rank (row) waited in collectives where another rank (column) came last.
     Past MAX_TICKS ranks, ranks are summed in blocks of consecutive ranks (said in the axis labels)."""

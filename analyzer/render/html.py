@@ -285,6 +285,20 @@ def _figure_pieces(report: dict, job: Any) -> Iterator[str]:
                         "launch latency between queued kernels, the rest. The numbers are in the table "
                         "'Time breakdown per rank' below."
                         + (" Past 64 ranks, stacked areas over the rank axis." if n_ranks > fg.MAX_RANKS else "")))
+    mem_png = fg.memory(report)
+    if mem_png:
+        from analyzer.render import memory_table as mt
+        out.append("<h2>Memory</h2>")
+        out.append(_img(mem_png, "memory per rank over the traced steps",
+                        "Per rank (one colour each) over the traced steps: peak allocated (solid), allocated at the "
+                        "step's end (dotted: a line that rises step after step is a leak), peak reserved by the "
+                        "caching allocator (dashed, where it reserves). " + mt.note(report).capitalize() + "."))
+        out.append(_fold("memory per rank", _table(mt.HEADERS, mt.peak_rows(report, None)), mt.n_rows(report)))
+    from analyzer.render import memory_table as mt
+    other = mt.other_lines(report)
+    if other:
+        out.append("<h2>Memory from logs and allocator snapshots</h2><ul>"
+                   + "".join(f"<li>{_e(x)}</li>" for x in other) + "</ul>")
     if job is not None and getattr(job, "traces", None):
         wm = fg.wait_matrix(job, report)
         bw = fg.bandwidth(job, report)

@@ -218,10 +218,23 @@ def _problems(report: dict) -> list[str]:
     return ["", "### Input problems and warnings", ""] + lines
 
 
+def _memory(report: dict) -> list[str]:
+    from analyzer.render import memory_table as mt
+    rows, other = mt.peak_rows(report), mt.other_lines(report)
+    out = []
+    if rows:
+        out += ["", "### Memory per rank", "", md_escape(mt.note(report)), ""] + md_table(mt.HEADERS, rows,
+                                                                                        "memory per rank")
+    if other:
+        out += ["", "### Memory from logs and allocator snapshots", ""] + ["- " + md_escape(x) for x in other]
+    return out
+
+
 def render_markdown(report: dict) -> str:
     """The report as a Markdown summary that pastes into an issue tracker."""
     out = _head(report)
     out[2:2] = _about(report)
     out = out + _findings(report) + _hang(report) + _baseline(report) + _ranks(report) + _breakdown(report) + _groups(report)
+    out += _memory(report)
     out += _steps(report) + _problems(report)
     return sanitize.guard_ci_lines("\n".join(out) + "\n")

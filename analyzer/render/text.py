@@ -255,6 +255,19 @@ def _groups(report: dict) -> list[str]:
     return out
 
 
+def _memory(report: dict) -> list[str]:
+    from analyzer.render import memory_table as mt
+    rows, other = mt.peak_rows(report), mt.other_lines(report)
+    out = []
+    if rows:
+        more = mt.n_rows(report) - len(rows)
+        out += (["", f"memory per rank ({mt.note(report)}):"] + table(mt.HEADERS, rows)
+                + ([f"  ... {more} more rows: see --format json/html"] if more > 0 else []))
+    if other:
+        out += ["", "memory from logs and allocator snapshots:"] + ["  " + one_line(x) for x in other]
+    return out
+
+
 def _per_call_bytes(c: dict) -> Optional[float]:
     """Mean bytes per call of a by_group_op row (older reports: the total over the calls divided by them)."""
     if c.get("mean_bytes") is not None:
@@ -322,5 +335,6 @@ def render_text(report: dict[str, Any], color: bool = False, verbose: Optional[b
     out += _breakdown(report)
     out += _per_step(report)
     out += _groups(report)
+    out += _memory(report)
     out += _problems(report, bool(verbose))
     return sanitize.guard_ci_lines("\n".join(out) + "\n")

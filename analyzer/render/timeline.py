@@ -258,6 +258,8 @@ def _stream(report: dict, src: Any, sink: Callable[[bytes], Any], max_events: in
         return (min(g[0] for g in got), max(g[1] for g in got)) if got else None
 
     fp = fp_all[:take(len(fp_all), "findings")]
+    mem_all = memory_counters(report, kept, src.aligned, t0)
+    mem = mem_all[:take(len(mem_all), "memory counter points")]
     sel: dict[str, Sel] = {"steps": Sel(total("steps"), take(total("steps"), "steps"), rank_rng("steps"))}
     coll = Sel(n_coll, take(n_coll, "collectives"), rng("range"))
     _resolve(src, pos, {}, {"coll": coll}, marg)
@@ -317,7 +319,7 @@ def _stream(report: dict, src: Any, sink: Callable[[bytes], Any], max_events: in
         head.append({"ph": "i", "s": "g", "pid": ranks[0]["rank"] if ranks else 0, "tid": TID_CPU, "ts": 0.0,
                      "name": "timeline thinned: " + "; ".join(notes), "cat": "analyze"})
     del threads, used
-    n_body = len(fp) + sum(s.k for s in sel.values()) + coll.k + wait.k + 2 * n_pairs + 2 * n_launch
+    n_body = len(fp) + len(mem) + sum(s.k for s in sel.values()) + coll.k + wait.k + 2 * n_pairs + 2 * n_launch
     n_events = len(head) + n_body
     sink(b'{"traceEvents":[')
     out = _Writer(sink)
@@ -327,6 +329,7 @@ def _stream(report: dict, src: Any, sink: Callable[[bytes], Any], max_events: in
     out.dicts(head)
     del head
     out.dicts(fp)
+    out.dicts(mem)
     _write_ranks(src, pos, out, "steps", t0, sel["steps"])
     part_rows = [f["n"] for f in facts]
     for what in ("coll", "wait"):
@@ -362,7 +365,7 @@ def _stream(report: dict, src: Any, sink: Callable[[bytes], Any], max_events: in
         "activity_events_left_out": int(dropped_kernels), "shortest_activity_kept_us": min_kept_us,
         "host_events": int(host.k), "host_events_left_out": int(host.n - host.k),
         "collective_members": int(n_coll), "flows": int(n_pairs), "launch_flows": int(n_launch),
-        "findings": len(fp), "thinned": "; ".join(notes) if notes else "",
+        "findings": len(fp), "memory_points": len(mem), "thinned": "; ".join(notes) if notes else "",
     }
     sink(b'],"displayTimeUnit":"ms","otherData":' + orjson.dumps(other, option=orjson.OPT_SERIALIZE_NUMPY) + b"}")
     return other
@@ -528,6 +531,34 @@ def _finding_points(report: dict, src: Any, ranks: list[dict], marg: dict, t0: i
                                                                         else t0)
             out.append({"ph": "i", "s": "p", "pid": r, "tid": TID_CPU, "ts": float(_us([ts], t0)[0]),
                         "name": name, "cat": "finding", "args": args})
+    return out
+
+
+def memory_counters(report: dict, kept: set, aligned: bool, t0: int) -> list[dict]:
+    """Each kept rank's memory as a counter track ("memory cuda:0": allocated and reserved MiB), from the report's
+    memory section: per traced step the allocated bytes at its start, at its peak (with reserved then) and at its
+    end, on the timeline's clock (the rank's alignment offset added when the timeline is aligned)."""
+    from analyzer.render.timeline_data import offsets_ns
+    rows = (report.get("memory") or {}).get("per_rank") or []
+    if not rows:
+        return []
+    off = offsets_ns(report)[0] if aligned else {}
+    out = []
+    for r in rows:
+        rank = int(r["rank"])
+        if rank not in kept:
+            continue
+        o = off.get(rank, 0)
+        name = f"memory {_name(r.get('device'))}"
+        for s in r.get("steps") or []:
+            if "start_ns" not in s:
+                continue
+            res = s["reserved_at_peak"] / 2**20
+            for ts, alloc in ((s["start_ns"], s["allocated_start"]), (s["peak_ns"], s["peak_allocated"]),
+                              (s["end_ns"], s["allocated_end"])):
+                out.append({"ph": "C", "pid": rank, "name": name, "ts": round((ts + o - t0) / 1000.0, 3),
+                            "cat": "memory",
+                            "args": {"allocated MiB": round(alloc / 2**20, 3), "reserved MiB": round(res, 3)}})
     return out
 
 

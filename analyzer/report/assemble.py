@@ -51,6 +51,8 @@ def run_analysis(job: Job, options: Optional[Options] = None) -> dict:
     report["profile"] = _section(report, "profile", lambda: profile_section(job))
     from analyzer.report.breakdown import breakdown_section
     report["breakdown"] = _section(report, "breakdown", lambda: breakdown_section(job, sm))
+    from analyzer.report.memory import memory_section
+    report["memory"] = _section(report, "memory", lambda: memory_section(job, report))
     report["metrics"] = metrics_section(sm)  # in its place in the report's key order
     findings = run_rules(job, report, options.rule_config)
     report["warnings"] += notes[n_notes:]  # what happened on the engine meanwhile (a lost Dask worker's results rebuilt)

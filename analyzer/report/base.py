@@ -72,9 +72,9 @@ def _python_values(v: np.ndarray) -> list:
 
 def usable(job: Job) -> bool:
     """Whether anything at all was read to analyse: a trace, an NCCL/watchdog log, a stderr log, a saved NCCL RAS
-    report or a Flight Recorder dump."""
+    report, a Flight Recorder dump or an allocator snapshot."""
     return bool(job.traces or job.nccl_logs or job.fr_dumps or getattr(job, "stderr_logs", None)
-                or getattr(job, "ras_reports", None))
+                or getattr(job, "ras_reports", None) or getattr(job, "memory_snapshots", None))
 
 
 def nothing_analysed_reason(job: Job) -> str:
