@@ -152,7 +152,7 @@ class _Stream:
             self.fallback(f"no traceEvents array in the first {WHOLE_DOCUMENT_BYTES} bytes: not a profiler trace")
         lead = len(BOM) if buf.startswith(BOM) else 0
         try:
-            head = decode_members(bytes(buf[lead:k]), opening=True)
+            head = decode_members(bytes(buf[lead:k]), opening=True, notes=self.notes)
         except Fallback:
             self.fallback("the members before traceEvents are not valid JSON")
         return head, m.end() - 1
@@ -306,7 +306,9 @@ class _Stream:
         if self.bare and not bytes(buf[close + 1:]).strip(WS):
             return None
         try:
-            tail = decode_members(bytes(buf[close + 1:]), opening=False)
+            late = SliceNotes()  # the notes of the events are written already
+            tail = decode_members(bytes(buf[close + 1:]), opening=False, notes=late)
+            self.col.notes += [f"{self.reader.path}: {n}" for n in late.lines()]
             if tail.traceEvents is not None:
                 raise Fallback()
             return tail

@@ -351,7 +351,7 @@ def _split_jobs(paths: list[str], results: list, wanted: Optional[str]) -> tuple
                                                                                  Optional[str]]:
     """(the jobs found as dicts, {path of a trace of another job: why skipped}, folder of the chosen job when
     jobs were told apart by sub-folder) — empty when the traces are one job."""
-    from analyzer.load.jobs import TraceInfo, choose, group_jobs
+    from analyzer.load.jobs import OptionError, TraceInfo, choose, group_jobs
     infos = []
     for path, (trace, _) in zip(paths, results):
         if trace is None:
@@ -360,7 +360,7 @@ def _split_jobs(paths: list[str], results: list, wanted: Optional[str]) -> tuple
     groups = group_jobs(infos)
     if len(groups) < 2:
         if wanted is not None and str(wanted).strip() not in ("", "1", "job"):
-            raise ValueError(f"--job {wanted!r}: the inputs hold one job only")
+            raise OptionError(f"--job {wanted!r}: the inputs hold one job only")
         return [], {}, None
     sel = choose(groups, wanted)
     why = ", ".join(sorted({w for g in groups for w in g.told_by}))
