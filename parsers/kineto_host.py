@@ -15,7 +15,7 @@ import msgspec
 import numpy as np
 import pandas as pd
 
-from parsers.kineto_values import I64_SAFE, base_time_ns, to_ns
+from parsers.kineto_values import base_time_ns, to_ns
 from parsers.trace_bytes import read_trace_bytes, replace_lone_surrogates
 
 #: Host categories drawn (lower-case); python_function (with_stack) is left out: one slice per Python call.
@@ -32,8 +32,8 @@ HOST_ARGS = ("External id", "Record function id", "Sequence number", "Input Dims
 MAX_ARG_TEXT = 200
 #: the most bytes read (inflated): a larger trace is drawn without its host side
 MAX_BYTES = 2 << 30
-#: |ts| (µs) below which ts * 1000 + baseTimeNanoseconds stays in int64
-MAX_TS_US = I64_SAFE // 2000
+#: |ts| (µs) read: the activity table's bound (parsers/kineto_collect.py), so both sides keep the same events
+MAX_TS_US = 9e15
 HOST_COLUMNS = ("start", "end", "tid", "cat", "name", "correlation", "args")
 
 

@@ -229,7 +229,10 @@ class _Stream:
         buf = self.buf
         cut, close = scan_array(buf, start, stop)
         if close >= 0 and buf[close] != ord("]"):
-            if cut > start + 1 and self.decode(start, cut, closing_inserted=True):
+            if cut > start + 1:
+                if not self.decode(start, cut, closing_inserted=True):
+                    # the damage lies before the cut (a flipped byte the scan read as text): keep what decodes
+                    return self.damage(start, cut)
                 self.last_end = self.offset + cut
             return self.damage_at(close, "a '}' where the event list should go on or end")
         if close >= 0:
