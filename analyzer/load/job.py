@@ -300,6 +300,7 @@ def load_job(paths: list[str | Path], jobs: Optional[int] = None,
             w = list(getattr(value, "warnings", []) or [])
             warnings.extend(w)
             records.append(FileRecord(f.path, f.kind, READ, "; ".join(w[:1]), getattr(value, "rank", None)))
+    dumps = _one_dump_per_rank(dumps, records, warnings)
 
     mine = found
     if keep_folder is not None:  # another job's stderr files stay out (listed as skipped)
@@ -323,6 +324,19 @@ def load_job(paths: list[str | Path], jobs: Optional[int] = None,
               world_size_source=ws.source)
     out.jobs = found_jobs
     return out
+
+
+def _one_dump_per_rank(dumps: list, records: list[FileRecord], warnings: list[str]) -> list:
+    """The dumps kept (analyzer/load/dump_ranks.py); the records of the others say why (INPUT004)."""
+    from analyzer.load.dump_ranks import one_dump_per_rank
+    kept, renumbered, skipped = one_dump_per_rank(dumps)
+    by_path = {rec.path: rec for rec in records}
+    for (d, why), status in [(x, READ) for x in renumbered] + [(x, SKIPPED) for x in skipped]:
+        rec = by_path.get(str(d.path))
+        if rec is not None:
+            rec.message, rec.rank, rec.status = why, d.rank, status
+        warnings.append(f"{d.path}: {why}")
+    return kept
 
 
 def _job_metrics(metrics: list) -> "pd.DataFrame | Table":
