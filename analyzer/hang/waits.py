@@ -178,9 +178,12 @@ def _targets(inp: HangInputs, st: RankStates, r: int, row: dict, by_rank: dict) 
 
 def wait_edges(st: RankStates) -> Table:
     """waiter → target rows (group, seq, kind) from the blocking points."""
-    rows = [dict(waiter=b.rank, target=t, group=b.group, seq=b.seq, kind=b.kind, op=b.op, absent=t in b.absent,
-                 unknown=t in b.unknown, created_ns=int(b.row.get("created_ns", -1) or -1))
-            for b in st.blocked.values() for t in b.targets]
+    rows = []
+    for b in st.blocked.values():  # sets: a waiter in a 100,000-rank group has that many targets
+        absent, unknown = set(b.absent), set(b.unknown)
+        created = int(b.row.get("created_ns", -1) or -1)
+        rows += [dict(waiter=b.rank, target=t, group=b.group, seq=b.seq, kind=b.kind, op=b.op, absent=t in absent,
+                      unknown=t in unknown, created_ns=created) for t in b.targets]
     return Table.from_records(rows, EDGE_COLUMNS, EDGE_DTYPES)
 
 
