@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 from analyzer.load.damage import CutDamage, assess_job, drop_excluded
 from analyzer.load.engine import Engine, LocalEngine
 from parsers.discover import FR_DUMP, KINETO, NCCL_LOG, STDERR, discover
-from parsers.errors import InputError
+from parsers.errors import EmptyInput, InputError
 from parsers.table import Table
 
 if TYPE_CHECKING:  # the trace path's modules (pandas) are imported where traces are read, not for logs alone
@@ -19,6 +19,8 @@ if TYPE_CHECKING:  # the trace path's modules (pandas) are imported where traces
     from analyzer.rank.summary import RankLanes, RankSummary
 
 READ, SALVAGED, SKIPPED, FAILED = "read", "salvaged", "skipped", "failed"
+#: marks a worker's answer for a trace that holds nothing to analyse (listed as skipped, not failed)
+EMPTY = "\x00empty\x00"
 
 
 @dataclass
@@ -124,7 +126,9 @@ def _parse_trace(path: str, comm_kernels: tuple = ()) -> tuple[tuple[Optional[Ra
     from parsers.kineto import load_trace
     try:
         from parsers.comm_kernels import table_for
-        trace = load_trace(path, comm_kernels=table_for(comm_kernels))
+        trace = load_trace(path, comm_kernels=table_for(comm_kernels), refuse_empty=True)
+    except EmptyInput as exc:
+        return (None, EMPTY + exc.reason), None
     except InputError as exc:
         return (None, exc.reason), None
     except Exception as exc:  # a parser bug must not sink the other ranks
@@ -251,7 +255,8 @@ def load_job(paths: list[str | Path], jobs: Optional[int] = None,
     for path, (trace, err), handle in zip(trace_paths, results, handles):
         m = trace.step_metrics if trace is not None else None
         if trace is None:
-            records.append(FileRecord(path, KINETO, FAILED, err))
+            empty = err.startswith(EMPTY)
+            records.append(FileRecord(path, KINETO, SKIPPED if empty else FAILED, err[len(EMPTY):] if empty else err))
             continue
         if path in other_job:
             records.append(FileRecord(path, KINETO, SKIPPED, other_job[path], trace.rank))
