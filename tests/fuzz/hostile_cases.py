@@ -208,7 +208,7 @@ def case_huge_group(d: Path, rng: random.Random) -> Path:
     return d
 
 
-EMPTY_TRACES = [b'{"traceEvents": []}', b'{"traceEvents":[]}\n', b'[]',
+EMPTY_TRACES = [b'{"traceEvents": []}', b'{"traceEvents":[]}\n', b'{"traceEvents": [], "deviceProperties": []}',
                 b'{"traceEvents": [{"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "x"}}]}',
                 b'{"schemaVersion": 1, "traceEvents": [], "distributedInfo": {"rank": 0}}']
 
