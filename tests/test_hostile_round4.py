@@ -249,3 +249,21 @@ def test_the_excess_of_a_rank_with_no_step_in_common_is_nan_without_warning():
         warnings.simplefilter("error")
         assert math.isnan(_excess(df, "compute_ns", 2))
         assert _excess(df, "compute_ns", 1) == 1.0
+
+
+# ---------------------------------------------------------------------------- the campaign over fresh real inputs
+def test_the_fresh_bed_reads_as_its_planted_fault():
+    a = load(hc.mu.FIXTURES / "real-cpu-hostile4", jobs=1)
+    top = a.report["findings"][0]
+    assert top["id"] == "HANG002" and top["subject"]["ranks"] == [2]  # rank 2 skipped the last all-reduce
+    assert sorted(a.job.traces) == [0, 1, 2] and sorted(d.rank for d in a.job.fr_dumps) == [0, 1, 2]
+    dup = [f for f in a.report["findings"] if f["id"] == "INPUT004"]  # fr_json/ holds the same dumps as JSON
+    assert len(dup) == 1 and len(dup[0]["evidence"]) == 3
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("i", range(6))
+def test_campaign_cases_over_the_fresh_bed(i, tmp_path):
+    from tests.fuzz import campaign34
+    ok, what, _ = campaign34.run_case(tmp_path, 0, i)
+    assert ok, what
