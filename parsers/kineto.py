@@ -64,18 +64,12 @@ def load_trace(path: str | Path, chunk_bytes: int = CHUNK_BYTES,
         what = "damaged" if salvage.get("damaged") else "truncated"
         warnings.append(
             f"{path}: {what} trace salvaged: kept {salvage['events_recovered']} complete events "
-            f"({salvage['bytes_kept']} of {salvage['bytes_read']} bytes, {_share(salvage)}; {salvage['reason']})")
+            f"({salvage['bytes_kept']} of {salvage['bytes_read']} bytes; {salvage['reason']})")
     trace = build_trace(col, path, doc, warnings)
     if salvage is not None:
         salvage.update(col.cut_point())
     trace.salvage = salvage
     return trace
-
-
-def _share(salvage: dict) -> str:
-    """How much of the file the kept events span, in words ("64 % of the file")."""
-    total = salvage.get("bytes_read") or 0
-    return f"{100.0 * salvage.get('bytes_kept', 0) / total:.0f} % of the file" if total > 0 else "none of the file"
 
 
 def _whole(path: Path, table: Optional[CommKernelTable] = None) -> tuple[Collector, TypedDoc, Optional[dict]]:

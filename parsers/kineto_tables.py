@@ -246,7 +246,7 @@ def _meta(doc: TypedDoc, dist: dict, path: Path) -> dict:
         "nccl_version": dist.get("nccl_version"),
         "gpu_name": gpu_names[0] if gpu_names else None,
         "display_time_unit": doc.displayTimeUnit,
-        "base_time_ns": base_time_ns(doc.baseTimeNanoseconds),  # None when unusable
+        "base_time_ns": doc.baseTimeNanoseconds,  # as written: readers validate it (kineto_values.base_time_ns)
         "distributed_info": bool(dist),
     }
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 import random
+import re
 import warnings
 
 import orjson
@@ -14,6 +15,7 @@ import pytest
 from analyzer import load
 from analyzer.cli import main
 from parsers.kineto import load_trace
+from parsers.kineto_values import base_time_ns
 from tests.fuzz import hostile_cases as hc
 
 
@@ -36,7 +38,7 @@ def test_a_base_time_out_of_range_is_ignored_by_every_reader(value, tmp_path):
     text = json.dumps(value).encode()  # json writes integers beyond int64 and 1e+300 as such
     p.write_bytes(raw.replace(b'"baseTimeNanoseconds":', b'"baseTimeNanoseconds": ' + text + b', "old":', 1))
     t = load_trace(p)
-    assert t.meta["base_time_ns"] is None and t.rank == 1
+    assert base_time_ns(t.meta["base_time_ns"]) is None and t.rank == 1
     assert any("baseTimeNanoseconds" in w and "ignored" in w for w in t.warnings)
     host, _ = host_events(str(p))
     assert len(host) and host["start"].max() < 10**16 and t.activity["start"].max() < 10**16  # the raw clock
@@ -59,7 +61,7 @@ def test_a_base_time_out_of_range_is_that_files_warning_and_every_output_is_writ
                                          + b', "old":', 1)
         (d / f"rank{r}.pt.trace.json").write_bytes(text)
     t = load_trace(d / "rank1.pt.trace.json")
-    assert t.meta["base_time_ns"] is None and t.rank == 1
+    assert base_time_ns(t.meta["base_time_ns"]) is None and t.rank == 1
     assert any("baseTimeNanoseconds" in w and "ignored" in w for w in t.warnings)
     code = main([str(d), "-q", "--jobs", "1", "--format", "json", "-o", str(tmp_path / "r.json"),
                  "--timeline", str(tmp_path / "t.html"), "--html", str(tmp_path / "r.html")])
@@ -189,7 +191,7 @@ def test_one_flipped_bit_in_a_gzip_stream_keeps_the_events_before_it(tmp_path):
     a = load(d, jobs=1)
     assert sorted(a.job.traces) == [0, 1, 2, 3]
     rec = [f for f in a.report["inputs"]["files"] if f["path"].endswith("rank1.pt.trace.json.gz")][0]
-    assert rec["status"] == "salvaged" and "% of the file" in rec["message"]
+    assert rec["status"] == "salvaged" and re.search(r"kept \d+ complete events \(\d+ of \d+ bytes", rec["message"])
     kept = len(load_trace(d / "rank1.pt.trace.json.gz").activity)
     assert full // 3 < kept < full  # most of what precedes the damage, nothing after it
 
