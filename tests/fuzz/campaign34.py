@@ -2,10 +2,10 @@
 carry memory events and Python stacks, ending in a real hang with Flight Recorder dumps as pickles and as JSON).
 
 Each case copies the bed, damages one to three of its files with the suite's mutators (tests/fuzz/mutators.py)
-and the round-4 classes (tests/fuzz/hostile_cases.py), runs the command as a user does (2 GB, 20 s, every
-CI-facing output, sometimes --html and --timeline) and judges it: exit 0/1/2, no traceback, no library warning,
-no timeout, and no silent loss of a rank (a rank whose trace is absent from the report must have its file listed
-as failed or skipped, with the reason).
+and the round-4 classes (tests/fuzz/hostile_cases.py), runs the command as a user does (every CI-facing
+output, sometimes --html and --timeline) and judges it as the suite does (hostile_cases.judge: 2 GB, 20 s of CPU,
+exit 0/1/2, no traceback, no library warning) and for silent loss of a rank (a rank whose trace is absent from the
+report must have its file listed as failed or skipped, with the reason).
 
 `python -m tests.fuzz.campaign34 N SEED` runs N cases and prints a summary; tests/test_hostile_round4.py runs a few.
 """
@@ -15,7 +15,6 @@ import gzip
 import json
 import random
 import re
-import resource
 import shutil
 import sys
 from pathlib import Path
@@ -25,8 +24,6 @@ from tests.fuzz import mutators as mu
 
 BED = mu.FIXTURES / "real-cpu-hostile4"
 RANKS = (0, 1, 2)
-#: wall-clock limit of one case (the judged limit is hc.TIME_LIMIT_S of CPU)
-WALL_LIMIT_S = 120.0
 
 
 def _gz(p: Path, data: bytes, rng: random.Random) -> None:
@@ -135,23 +132,17 @@ def run_case(tmp: Path, seed: int, i: int) -> tuple[bool, str, float]:
     rng = random.Random(f"campaign34-{seed}-{i}")
     d, done, _ = build(tmp / f"case{i}", rng)
     extra = ("--html", "--timeline") if rng.random() < 0.3 else ()
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    # the limit is on CPU seconds: on a shared machine the wall clock measures the neighbours (a wall limit of
-    # WALL_LIMIT_S still ends a hang)
-    code, err, took, docs = hc.run_cli(d, tmp / f"out{i}", timeout=WALL_LIMIT_S, extra=extra)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    code, err, cpu, docs = hc.run_cli(d, tmp / f"out{i}", extra=extra)  # the suite's limits (CPU, wall, memory)
     where = f"seed {seed} case {i} ({', '.join(done)}{' +html/timeline' if extra else ''}; {cpu:.1f} s CPU)"
     try:
-        assert cpu <= hc.TIME_LIMIT_S, f"{where}: {cpu:.1f} s of CPU"
         hc.judge(where, code, err, cpu, docs)
         lost = silent_losses(json.loads(docs["json"]), d)
         assert not lost, f"{where}: rank(s) {lost} lost without a failed/skipped record"
     except AssertionError as exc:
-        return False, str(exc), took
+        return False, str(exc), cpu
     finally:
         shutil.rmtree(d, ignore_errors=True)
-    return True, where, took
+    return True, where, cpu
 
 
 def main(argv: list[str]) -> int:
@@ -165,7 +156,7 @@ def main(argv: list[str]) -> int:
             print(("ok   " if ok else "FAIL ") + f"{took:5.1f} s {what[:300]}", flush=True)
             if not ok:
                 bad.append(what)
-    print(f"{n} cases, {len(bad)} failed; slowest {max(times):.1f} s, median {sorted(times)[len(times) // 2]:.1f} s")
+    print(f"{n} cases, {len(bad)} failed; CPU: slowest {max(times):.1f} s, median {sorted(times)[len(times) // 2]:.1f} s")
     return 1 if bad else 0
 
 
