@@ -55,8 +55,8 @@ def load_trace(path: str | Path, chunk_bytes: int = CHUNK_BYTES,
     except Fallback:
         col, doc, salvage = _whole(path, comm_kernels)
     if refuse_empty and salvage is None and col.kept_nothing():
-        raise EmptyInput(path, f"nothing to analyse: {col.n_events} trace events, none of them an operator, kernel, "
-                               "step or collective (an empty profile)")
+        raise EmptyInput(path, "nothing to analyse: no operator, kernel, step or collective among its trace events "
+                               "(an empty profile)")  # one wording, so thousands group as one skip reason
     if salvage is not None and salvage["events_recovered"] == 0:
         what = "damaged" if salvage.get("damaged") else "truncated"
         raise InputError(path, f"{what} before the first complete event ({salvage['reason']})")
