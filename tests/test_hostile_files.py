@@ -356,6 +356,7 @@ def test_each_hostile_class_through_the_command_in_2gb_and_20s(name, tmp_path):
         assert ranks == [0, 1] and "error" not in doc["cross_rank"]
     if name == "many_empty_traces":
         assert doc["_exit"] == 2 and doc["inputs"]["skipped"] == 4000 and not doc["analysed"]
+        assert [g["count"] for g in doc["inputs"]["skipped_by_reason"]] == [4000]  # one reason, one entry
     if name in ("huge_group", "duplicate_dump_ranks"):  # the reading of the real folder, whatever the damage
         top = doc["findings"][0]
         assert top["id"] == "HANG001" and top["subject"]["ranks"] == [1], top["title"]
