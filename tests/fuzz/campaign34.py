@@ -7,7 +7,9 @@ output, sometimes --html and --timeline) and judges it as the suite does (hostil
 exit 0/1/2, no traceback, no library warning) and for silent loss of a rank (a rank whose trace is absent from the
 report must have its file listed as failed or skipped, with the reason).
 
-`python -m tests.fuzz.campaign34 N SEED` runs N cases and prints a summary; tests/test_hostile_round4.py runs a few.
+`python -m tests.fuzz.campaign34 N SEED [FOLDER ...]` runs N cases (every other one over each FOLDER given: another
+real folder, e.g. one with torchrun's log-dir layout and restarts, whose files are mutated by kind) and prints a
+summary; tests/test_hostile_round4.py runs a few.
 """
 from __future__ import annotations
 
@@ -114,6 +116,29 @@ def build(d: Path, rng: random.Random) -> tuple[Path, list[str], set[int]]:
     return d, done, hit
 
 
+def _kind(p: Path) -> str:
+    """The mutator kind of a file of a foreign folder, from its name."""
+    n = p.name
+    if ".pt.trace." in n or n.endswith(".json.gz"):
+        return "trace"
+    if n.startswith("nccl_trace_rank_"):
+        return "fr_json" if n.endswith(".json") else "fr_pickle"
+    return "stderr"
+
+
+def build_other(src: Path, d: Path, rng: random.Random) -> tuple[Path, list[str]]:
+    """Another real folder (torchrun log-dir layouts, restarts, JSON dumps) with one to three files mutated."""
+    shutil.copytree(src, d, ignore=shutil.ignore_patterns("expected.json", "facts.json", "*.py", "README.md"))
+    files = sorted(p for p in d.rglob("*") if p.is_file())
+    done = []
+    for p in rng.sample(files, min(len(files), rng.choice([1, 1, 2, 3]))):
+        raw = p.read_bytes()
+        data = gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
+        p.write_bytes(mu.mutate(rng, data, _kind(p)))
+        done.append(f"{p.relative_to(d)}:{_kind(p)}")
+    return d, done
+
+
 def silent_losses(doc: dict, d: Path) -> list[int]:
     """Ranks of the bed absent from the report whose trace file is not listed as failed/skipped with a reason."""
     have = {r["rank"] for r in doc.get("ranks") or []}
@@ -128,15 +153,18 @@ def silent_losses(doc: dict, d: Path) -> list[int]:
     return lost
 
 
-def run_case(tmp: Path, seed: int, i: int) -> tuple[bool, str, float]:
+def run_case(tmp: Path, seed: int, i: int, other: Path | None = None) -> tuple[bool, str, float]:
     rng = random.Random(f"campaign34-{seed}-{i}")
-    d, done, _ = build(tmp / f"case{i}", rng)
+    if other is None:
+        d, done, _ = build(tmp / f"case{i}", rng)
+    else:
+        d, done = build_other(other, tmp / f"case{i}", rng)
     extra = ("--html", "--timeline") if rng.random() < 0.3 else ()
     code, err, cpu, docs = hc.run_cli(d, tmp / f"out{i}", extra=extra)  # the suite's limits (CPU, wall, memory)
     where = f"seed {seed} case {i} ({', '.join(done)}{' +html/timeline' if extra else ''}; {cpu:.1f} s CPU)"
     try:
         hc.judge(where, code, err, cpu, docs)
-        lost = silent_losses(json.loads(docs["json"]), d)
+        lost = silent_losses(json.loads(docs["json"]), d) if other is None else []
         assert not lost, f"{where}: rank(s) {lost} lost without a failed/skipped record"
     except AssertionError as exc:
         return False, str(exc), cpu
@@ -148,10 +176,12 @@ def run_case(tmp: Path, seed: int, i: int) -> tuple[bool, str, float]:
 def main(argv: list[str]) -> int:
     import tempfile
     n, seed = (int(argv[0]) if argv else 20), (int(argv[1]) if len(argv) > 1 else 0)
+    others = [Path(a) for a in argv[2:]]  # other real folders to mutate, in turn with the bed
     bad, times = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(n):
-            ok, what, took = run_case(Path(tmp), seed, i)
+            other = others[i % (len(others) + 1) - 1] if others and i % (len(others) + 1) else None
+            ok, what, took = run_case(Path(tmp), seed, i, other)
             times.append(took)
             print(("ok   " if ok else "FAIL ") + f"{took:5.1f} s {what[:300]}", flush=True)
             if not ok:
