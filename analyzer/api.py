@@ -199,6 +199,7 @@ def load(paths: Union[PathLike, Iterable[PathLike]], *, job: Optional[str] = Non
     from what (docs/hang-analysis.md, "World size").
     """
     from analyzer.load.job import load_job
+    from analyzer.load.jobs import OptionError
     from analyzer.report.assemble import Options, run_analysis
 
     ps = _paths(paths)
@@ -214,7 +215,7 @@ def load(paths: Union[PathLike, Iterable[PathLike]], *, job: Optional[str] = Non
         from analyzer.load.engine import default_workers, make_engine
         engine = make_engine(default_workers() if jobs is None else max(1, jobs), dask)
     if world_size is not None and not (isinstance(world_size, int) and 0 < world_size <= 1 << 20):
-        raise ValueError(f"world_size must be an integer in 1..{1 << 20}, not {world_size!r}")
+        raise OptionError(f"world_size must be an integer in 1..{1 << 20}, not {world_size!r}")
     loaded = load_job(ps, jobs=jobs, progress=progress, select_job=job, comm_kernels=comm_kernels, engine=engine,
                       world_size=world_size)
     report = run_analysis(loaded, options)

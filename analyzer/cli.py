@@ -326,6 +326,7 @@ def _analyse_and_write(args: argparse.Namespace, thresholds: dict, engine: Any, 
     """Analyse, write every output asked for, and return the exit code (the engine stays up until the end:
     the HTML figures and the timeline read the ranks back through it)."""
     from analyzer.api import load
+    from analyzer.load.jobs import OptionError
     from analyzer.report.baseline import BaselineError
     try:
         analysis = load(args.paths, job=args.job, jobs=args.jobs, gpus_per_node=args.gpus_per_node,
@@ -335,8 +336,8 @@ def _analyse_and_write(args: argparse.Namespace, thresholds: dict, engine: Any, 
     except BaselineError as exc:
         print(f"analyze: error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_USAGE
-    except ValueError as exc:  # --job naming none of the jobs found
-        print(f"analyze: error: {exc}", file=sys.stderr)
+    except OptionError as exc:  # --job naming none of the jobs found; any other ValueError is a crash (exit 3)
+        print(f"analyze: error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_USAGE
     report = analysis.report
     if not analysis.analysed:

@@ -14,3 +14,8 @@ class InputError(Exception):
 
     def __str__(self) -> str:
         return f"{self.path}: {self.reason}"
+
+
+class EmptyInput(InputError):
+    """A file read whole that holds nothing to analyse (a profile that recorded no operator, kernel, step or
+    collective): the caller may list it as skipped rather than failed."""

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Optional
 
 from parsers.comm_kernels import CommKernelTable
-from parsers.errors import InputError
+from parsers.errors import EmptyInput, InputError
 from parsers.file_names import rank_from_file_name
 from parsers.kineto_collect import Collector
 from parsers.kineto_decode import DEPTH_HINT, Fallback, decode_document
@@ -37,7 +37,7 @@ __all__ = ["CHUNK_BYTES", "KINDS", "KIND_CODE", "MAX_EVENT_BYTES", "MAX_RANKS", 
 
 
 def load_trace(path: str | Path, chunk_bytes: int = CHUNK_BYTES,
-               comm_kernels: Optional[CommKernelTable] = None) -> KinetoTrace:
+               comm_kernels: Optional[CommKernelTable] = None, refuse_empty: bool = False) -> KinetoTrace:
     """Parse one Kineto/Chrome trace file (optionally gzip); salvage cut-off or damaged input with a warning.
 
     The file is inflated and decoded slice by slice (``chunk_bytes`` of ``traceEvents`` at a time) and each
@@ -45,6 +45,8 @@ def load_trace(path: str | Path, chunk_bytes: int = CHUNK_BYTES,
     the file. Damage (a bad token, flipped bytes, a corrupt gzip member) keeps every event before it. Small files
     with an odd top-level layout go through the whole-document path, which gives the same tables. ``comm_kernels``: the table that says which kernels are
     communication (parsers/comm_kernels.py; the built-in one when None, or one with the user's patterns).
+    ``refuse_empty``: raise EmptyInput, before any table is built, for a file that kept no event of interest (an
+    empty profile costs its decode only: thousands of them must not cost an analysis each).
     """
     path = Path(path)
     warnings: list[str] = []
@@ -52,6 +54,9 @@ def load_trace(path: str | Path, chunk_bytes: int = CHUNK_BYTES,
         col, doc, salvage = stream_trace(path, chunk_bytes, comm_kernels)
     except Fallback:
         col, doc, salvage = _whole(path, comm_kernels)
+    if refuse_empty and salvage is None and col.kept_nothing():
+        raise EmptyInput(path, "nothing to analyse: no operator, kernel, step or collective among its trace events "
+                               "(an empty profile)")  # one wording, so thousands group as one skip reason
     if salvage is not None and salvage["events_recovered"] == 0:
         what = "damaged" if salvage.get("damaged") else "truncated"
         raise InputError(path, f"{what} before the first complete event ({salvage['reason']})")

@@ -114,6 +114,10 @@ class Collector:
         self.name_flags = np.empty(0, np.int64)
         self.tid_int = np.empty(0, np.int64)
 
+    def kept_nothing(self) -> bool:
+        """True when no event of interest was kept (no kernel, operator, step, annotation or collective span)."""
+        return not (self.g or self.c or self.steps or self.spans or self.ann or self.p2p)
+
     def _tid(self, t: Any) -> int:
         try:
             c = self.tid_code.get(t)

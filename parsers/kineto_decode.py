@@ -16,7 +16,7 @@ import msgspec
 from parsers.errors import InputError
 from parsers.kineto_events import (GLOO_MARK, MEM_MARK, DocMembers, Event, LenientDoc, TypedDoc, TypedMemDoc,
                                    TypedMemShapeDoc, TypedShapeDoc, event_type)
-from parsers.trace_bytes import quote_non_finite, salvage_json_prefix, scan_array
+from parsers.trace_bytes import quote_non_finite, replace_lone_surrogates, salvage_json_prefix, scan_array
 
 #: JSON whitespace, and a UTF-8 byte-order mark (some writers put one before the document)
 WS = b" \t\r\n"
@@ -50,6 +50,7 @@ class SliceNotes:
         self.out_of_range = 0  # events holding a number no float can hold (1e400)
         self.utf8_at = -1      # absolute offset of the first invalid UTF-8 byte
         self.non_finite = 0    # bare NaN / Infinity literals (not JSON) read as non-finite numbers
+        self.surrogates = 0    # lone escaped UTF-16 surrogates ("\\ud800") replaced with U+FFFD
 
     def lines(self) -> list[str]:
         out = []
@@ -61,12 +62,19 @@ class SliceNotes:
         if self.non_finite:
             out.append(f"{self.non_finite} NaN/Infinity literals (not JSON) read as non-finite numbers: an event "
                        "with such a ts is ignored, such a dur counts as 0")
+        if self.surrogates:
+            out.append(surrogates_line(self.surrogates))
         if self.out_of_range:
             out.append(f"{self.out_of_range} trace events holding a number beyond float range skipped")
         if self.too_deep:
             out.append(f"{self.too_deep} trace events nested too deep to decode (more than about "
                        f"{DEPTH_HINT} levels) skipped")
         return out
+
+
+def surrogates_line(n: int) -> str:
+    return (f"{n} lone UTF-16 surrogate escapes (no character of any text) replaced with U+FFFD; the names "
+            "holding them are kept")
 
 
 def _events_of(part, notes: SliceNotes, base: int, shapes: bool = False, mem: bool = False) -> list[Event]:
@@ -85,10 +93,12 @@ def _events_of(part, notes: SliceNotes, base: int, shapes: bool = False, mem: bo
     except (UnicodeDecodeError, msgspec.DecodeError) as exc:
         if not isinstance(exc, UnicodeDecodeError) and "UTF-8" not in str(exc):
             fixed, n = quote_non_finite(bytes(part))
-            if not n:
+            fixed, s = replace_lone_surrogates(fixed)
+            if not n and not s:
                 raise
             events = _events_of(fixed, notes, base, shapes, mem)  # raises (the slice is damaged) when still invalid
             notes.non_finite += n
+            notes.surrogates += s
             return events
         fixed = _utf8_repaired(bytes(part), notes, base)
         if fixed is not None:
@@ -173,8 +183,9 @@ def decode_slice(buf: bytearray, start: int, end: int, closing_inserted: bool, n
         buf[end] = saved
 
 
-def decode_members(part: bytes, opening: bool) -> TypedDoc:
-    """Top-level members before (``opening``) or after the traceEvents array, decoded as one object."""
+def decode_members(part: bytes, opening: bool, notes: Optional[SliceNotes] = None) -> TypedDoc:
+    """Top-level members before (``opening``) or after the traceEvents array, decoded as one object (lone
+    surrogate escapes replaced, counted in ``notes``)."""
     if opening:
         body = part.strip(WS)
         if not body.startswith(b"{"):
@@ -199,8 +210,19 @@ def decode_members(part: bytes, opening: bool) -> TypedDoc:
             raise Fallback()
     try:
         return DOC_DECODER.decode(text)
+    except RecursionError:
+        raise Fallback() from None
+    except msgspec.DecodeError:
+        fixed, n = replace_lone_surrogates(text)
+        if not n:
+            raise Fallback() from None
+    try:
+        doc = DOC_DECODER.decode(fixed)
     except (msgspec.DecodeError, RecursionError):
         raise Fallback() from None
+    if notes is not None:
+        notes.surrogates += n
+    return doc
 
 
 def _typed_or_lenient(data: bytes, notes: list[str]) -> TypedDoc:
@@ -281,6 +303,14 @@ def decode_document(path: Path, data: bytes,
                 doc = _typed_or_lenient(fixed, notes)
                 notes.append(f"{n} NaN/Infinity literals (not JSON) read as non-finite numbers: an event with "
                              "such a ts is ignored, such a dur counts as 0")
+                return doc, None
+            except (msgspec.DecodeError, UnicodeDecodeError):
+                data = fixed
+        fixed, n = replace_lone_surrogates(data)
+        if n:
+            try:
+                doc = _typed_or_lenient(fixed, notes)
+                notes.append(surrogates_line(n))
                 return doc, None
             except (msgspec.DecodeError, UnicodeDecodeError):
                 data = fixed

@@ -15,8 +15,8 @@ import msgspec
 import numpy as np
 import pandas as pd
 
-from parsers.kineto_values import to_ns
-from parsers.trace_bytes import read_trace_bytes
+from parsers.kineto_values import base_time_ns, to_ns
+from parsers.trace_bytes import read_trace_bytes, replace_lone_surrogates
 
 #: Host categories drawn (lower-case); python_function (with_stack) is left out: one slice per Python call.
 HOST_CATS = {"cpu_op": "cpu_op", "user_annotation": "user_annotation", "cuda_runtime": "runtime",
@@ -32,6 +32,8 @@ HOST_ARGS = ("External id", "Record function id", "Sequence number", "Input Dims
 MAX_ARG_TEXT = 200
 #: the most bytes read (inflated): a larger trace is drawn without its host side
 MAX_BYTES = 2 << 30
+#: |ts| (µs) read: the activity table's bound (parsers/kineto_collect.py), so both sides keep the same events
+MAX_TS_US = 9e15
 HOST_COLUMNS = ("start", "end", "tid", "cat", "name", "correlation", "args")
 
 
@@ -51,6 +53,17 @@ class _Doc(msgspec.Struct, gc=False):
 
 
 _DECODER = msgspec.json.Decoder(_Doc)
+
+
+def _decode(data: bytes) -> _Doc:
+    """The document, lone surrogate escapes (a name that is not valid Unicode) replaced when the fast decode fails."""
+    try:
+        return _DECODER.decode(data)
+    except msgspec.DecodeError:
+        fixed, n = replace_lone_surrogates(data)
+        if not n:
+            raise
+        return _DECODER.decode(fixed)
 
 
 def _small(args: msgspec.Raw, keys: tuple) -> dict:
@@ -81,14 +94,11 @@ def host_events(path: str) -> tuple[pd.DataFrame, dict[int, dict]]:
     args}) of one trace file."""
     try:
         data = read_trace_bytes(path, max_bytes=MAX_BYTES).data
-        doc = _DECODER.decode(data)
+        doc = _decode(data)
     except Exception:  # noqa: BLE001 - damaged or odd files: the timeline draws the GPU side only
         return _empty()
     events = doc.traceEvents or []
-    try:
-        base = int(doc.baseTimeNanoseconds) if doc.baseTimeNanoseconds is not None else 0
-    except (TypeError, ValueError, OverflowError):
-        base = 0
+    base = base_time_ns(doc.baseTimeNanoseconds) or 0  # as the activity table's (parsers/kineto_tables.py)
     rows, kargs = [], {}
     for e in events:
         if e.ph != "X" or not isinstance(e.cat, str) or not isinstance(e.ts, (int, float)) \
@@ -111,6 +121,8 @@ def host_events(path: str) -> tuple[pd.DataFrame, dict[int, dict]]:
         a = _small(e.args, HOST_ARGS)
         corr = a.get("correlation")
         tid = e.tid if isinstance(e.tid, int) and not isinstance(e.tid, bool) else -1
+        if not -MAX_TS_US < e.ts < MAX_TS_US:  # NaN or beyond int64 ns: the analysis tables drop it too
+            continue
         rows.append((float(e.ts), float(dur), tid, kind, name, corr if isinstance(corr, int) else -1, a))
     if not rows:
         return _empty()[0], kargs

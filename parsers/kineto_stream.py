@@ -153,7 +153,7 @@ class _Stream:
             self.fallback(f"no traceEvents array in the first {WHOLE_DOCUMENT_BYTES} bytes: not a profiler trace")
         lead = len(BOM) if buf.startswith(BOM) else 0
         try:
-            head = decode_members(bytes(buf[lead:k]), opening=True)
+            head = decode_members(bytes(buf[lead:k]), opening=True, notes=self.notes)
         except Fallback:
             self.fallback("the members before traceEvents are not valid JSON")
         return head, m.end() - 1
@@ -230,7 +230,10 @@ class _Stream:
         buf = self.buf
         cut, close = scan_array(buf, start, stop)
         if close >= 0 and buf[close] != ord("]"):
-            if cut > start + 1 and self.decode(start, cut, closing_inserted=True):
+            if cut > start + 1:
+                if not self.decode(start, cut, closing_inserted=True):
+                    # the damage lies before the cut (a flipped byte the scan read as text): keep what decodes
+                    return self.damage(start, cut)
                 self.last_end = self.offset + cut
             return self.damage_at(close, "a '}' where the event list should go on or end")
         if close >= 0:
@@ -307,7 +310,9 @@ class _Stream:
         if self.bare and not bytes(buf[close + 1:]).strip(WS):
             return None
         try:
-            tail = decode_members(bytes(buf[close + 1:]), opening=False)
+            late = SliceNotes()  # the notes of the events are written already
+            tail = decode_members(bytes(buf[close + 1:]), opening=False, notes=late)
+            self.col.notes += [f"{self.reader.path}: {n}" for n in late.lines()]
             if tail.traceEvents is not None:
                 raise Fallback()
             return tail

@@ -19,7 +19,7 @@ from parsers.kineto_events import TypedDoc
 from parsers.kineto_steps import annotations_table, steps_table
 from parsers.kineto_memory import device_capacities, memory_tables
 from parsers.kineto_trace import KIND_CODE, KINDS, KinetoTrace
-from parsers.kineto_values import I64_SAFE, MAX_DUR_US, MAX_RANKS, arr, int_col, plausible_rank
+from parsers.kineto_values import MAX_DUR_US, MAX_RANKS, arr, base_time_ns, int_col, plausible_rank
 
 
 def build_trace(col: Collector, path: Path, doc: TypedDoc, warnings: list[str]) -> KinetoTrace:
@@ -42,16 +42,11 @@ def build_trace(col: Collector, path: Path, doc: TypedDoc, warnings: list[str]) 
             rank_source = "filename"
         else:
             rank = None
-    base_ns = 0
-    if doc.baseTimeNanoseconds is not None:
-        try:
-            base_ns = int(doc.baseTimeNanoseconds)
-            if not -I64_SAFE < base_ns < I64_SAFE // 2:
-                raise ValueError
-        except (TypeError, ValueError, OverflowError):
-            base_ns = 0
-            warnings.append(f"{path}: baseTimeNanoseconds {str(doc.baseTimeNanoseconds)[:40]!r} is not a usable "
-                            "number; ignored")
+    base = base_time_ns(doc.baseTimeNanoseconds)
+    base_ns = base or 0
+    if doc.baseTimeNanoseconds is not None and base is None:
+        warnings.append(f"{path}: baseTimeNanoseconds {str(doc.baseTimeNanoseconds)[:40]!r} is not a usable "
+                        "number; ignored")
     warnings.extend(col.notes)
     if col.n_bad:
         warnings.append(f"{path}: {col.n_bad} events with a non-numeric or out-of-range ts ignored")
@@ -255,7 +250,7 @@ def _meta(doc: TypedDoc, dist: dict, path: Path) -> dict:
         "nccl_version": dist.get("nccl_version"),
         "gpu_name": gpu_names[0] if gpu_names else None,
         "display_time_unit": doc.displayTimeUnit,
-        "base_time_ns": doc.baseTimeNanoseconds,
+        "base_time_ns": doc.baseTimeNanoseconds,  # as written: readers validate it (kineto_values.base_time_ns)
         "distributed_info": bool(dist),
     }
 

@@ -3,7 +3,7 @@ can hold (else -1), plausible ranks and world sizes. One absurd value costs its 
 (docs/limits.md)."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
@@ -13,6 +13,18 @@ MAX_DUR_US = 1e12
 I64_SAFE = 2**62
 #: Plausible ranks and world sizes (a value outside is damage, not a job).
 MAX_RANKS = 2**20
+
+
+def base_time_ns(value: Any) -> Optional[int]:
+    """``baseTimeNanoseconds`` as an int that int64 arithmetic on the trace's times can hold (|v| < 2^61 ns,
+    before 2043), or None when it is absent, not a number, or out of that range (1e21, 2^63, 1e300: damage)."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        v = int(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return v if -I64_SAFE < v < I64_SAFE // 2 else None
 
 
 def num(x: Any, default: float = np.nan) -> float:

@@ -331,3 +331,28 @@ def quote_non_finite(data: bytes) -> tuple[bytes, int]:
         return b'"' + t + b'"'
     out = _NON_FINITE.sub(quote, data)
     return out, n
+
+
+#: an escaped backslash (skipped, so that "\\ud800" stays text), a valid escaped surrogate pair (kept), or a lone
+#: escaped surrogate: JSON allows the escape, but no UTF-8 text holds the code point, so decoders refuse it
+_SURROGATE = re.compile(rb"\\\\|\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}|\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+_LONE_HINT = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def replace_lone_surrogates(data: bytes) -> tuple[bytes, int]:
+    """``data`` with each lone escaped UTF-16 surrogate (``"\\ud800"`` with no partner) made ``\\ufffd``, and how
+    many there were. Python's json writes such escapes for a name that is not valid Unicode (a thread or host
+    name); one must cost its character, not the file. Only called after a fast decode failed."""
+    if _LONE_HINT.search(data) is None:
+        return data, 0
+    n = 0
+
+    def fix(m: re.Match) -> bytes:
+        nonlocal n
+        t = m.group()
+        if len(t) != 6:  # an escaped backslash or a valid pair
+            return t
+        n += 1
+        return b"\\ufffd"
+    out = _SURROGATE.sub(fix, data)
+    return out, n

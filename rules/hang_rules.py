@@ -47,6 +47,8 @@ def _no_culprit_title(kind: str, cause: str, waiting: list[int]) -> str:
     return ""
 
 
+#: "rank N " at the start of an evidence line
+_RANK_FIRST = re.compile(r"rank (\d{1,7}) ")
 TIE_WORDS = {"mismatched_op": "op", "mismatched_size": "element count", "mismatched_dtype": "dtype"}
 
 
@@ -79,8 +81,9 @@ def _diag_finding(d: dict, ctx_no_dump: dict | None = None) -> Finding:
     ev = []
     if d.get("cause"):
         ev.append(Evidence(str(d["cause"])))
+    is_culprit = set(culprits)
     for r, why in sorted((ctx_no_dump or {}).items(), key=lambda kv: int(kv[0])):
-        if int(r) in culprits and why.split(": ", 1)[-1][:60] not in str(d.get("cause") or ""):
+        if int(r) in is_culprit and why.split(": ", 1)[-1][:60] not in str(d.get("cause") or ""):
             ev.append(Evidence(f"rank {r} has no Flight Recorder dump: {why}"))
     if waiting:  # where the job stopped (a hang has no share of step time to give)
         ev.append(Evidence(f"{ranks_text(waiting)} wait in {where}"))
@@ -93,7 +96,8 @@ def _diag_finding(d: dict, ctx_no_dump: dict | None = None) -> Finding:
                 vals.items(), key=lambda kv: int(kv[0])))))
     def culprit_first(e: object) -> int:
         text = str(e.get("text", "")) if isinstance(e, dict) else str(e[2]) if isinstance(e, (list, tuple)) else ""
-        return 0 if any(text.startswith(f"rank {r} ") for r in culprits) else 1
+        m = _RANK_FIRST.match(text)
+        return 0 if m and int(m.group(1)) in is_culprit else 1
 
     for e in sorted(d.get("evidence") or [], key=culprit_first)[:8]:
         if isinstance(e, dict):

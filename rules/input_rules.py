@@ -92,10 +92,15 @@ def missing_inputs(ctx: Context) -> Iterator[Finding]:
       fix="Point the tool at one run's folder (traces of two runs mixed?) or rename files so each rank appears "
           "once.")
 def duplicate_ranks(ctx: Context) -> Iterator[Finding]:
-    """Two traces carry the same rank; only the first was used (mixed runs in one folder?)."""
-    dup = [f for f in _files(ctx, "skipped") if "duplicate rank" in str(f.get("message", ""))]
+    """Two traces, or two Flight Recorder dumps, carry the same rank; only one was used (mixed runs in one folder?).
+    A dump whose file name gives a rank no other dump claims is read as that rank instead, and listed too."""
+    dup = [f for f in _files(ctx, "skipped") + _files(ctx, "read") if "duplicate rank" in str(f.get("message", ""))]
     if dup:
-        yield Finding(title=f"{len(dup)} trace(s) skipped as duplicate ranks", confidence=1.0,
+        n_skipped = sum(1 for f in dup if f.get("status") == "skipped")
+        title = (f"{n_skipped} file(s) skipped as duplicate ranks" if n_skipped == len(dup) else
+                 f"{len(dup)} file(s) claim a rank another file claims ({n_skipped} skipped, "
+                 f"{len(dup) - n_skipped} read as the rank their file name gives)")
+        yield Finding(title=title, confidence=1.0,
                       evidence=[Evidence(f"{f.get('path')}: {f.get('message')}", f.get("path"), None)
                                 for f in dup[:10]],
                       subject=Subject(ranks=sorted({int(f['rank']) for f in dup if f.get("rank") is not None})))

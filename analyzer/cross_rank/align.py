@@ -115,12 +115,12 @@ def estimate(obs: pd.DataFrame, ranks: list[int], domain_of: dict[int, str],
 def _fill_residuals(al: Alignment, obs: pd.DataFrame, domain_of: dict[int, str]) -> None:
     """Per rank: median |aligned time − instance median| and the number of instances it took part in."""
     o = obs[obs["rank"].isin(al.offsets["rank"])]
-    if not len(o):
+    if len(o):
+        o = o[o.groupby("obs")["rank"].transform("size").to_numpy() >= 2]
+    if not len(o):  # no instance seen by two ranks (one rank cut before its first complete step): no residual
         al.offsets["residual_ns"] = np.nan
         al.offsets["n_matched"] = 0
         return
-    size = o.groupby("obs")["rank"].transform("size").to_numpy()
-    o = o[size >= 2]
     x = (o["t"].to_numpy() - int(o["t"].min()) + al.shift(o["rank"].to_numpy())).astype(np.float64)
     centre = pd.Series(x).groupby(o["obs"].to_numpy()).transform("median").to_numpy()
     dev = pd.Series(np.abs(x - centre)).groupby(o["rank"].to_numpy())
@@ -173,7 +173,8 @@ def _refine(obs_id, dom, t, off, ref, reached, iters: int = 30) -> np.ndarray:
         upd = off.copy()
         upd[new.index.to_numpy()] = new.to_numpy()
         upd[reached] -= upd[ref]
-        done = np.nanmax(np.abs(upd - off)) < 0.5
+        moved = np.abs(upd - off)
+        done = bool(np.isfinite(moved).any()) and float(np.nanmax(moved)) < 0.5  # (all NaN: not done, no warning)
         off = upd
         if done:
             break

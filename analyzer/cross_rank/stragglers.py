@@ -195,14 +195,17 @@ def _without_damaged(per: pd.DataFrame, bad: dict[int, list[int]]) -> pd.DataFra
 
 
 def _excess(df: pd.DataFrame, col: str, rank: int) -> float:
-    """Median over steps of (rank's value − median of the other ranks' values)."""
+    """Median over steps of (rank's value − median of the other ranks' values); NaN when no step has both (the
+    rank's steps are numbered apart from the others')."""
     if df is None or not len(df) or col not in df:
         return 0.0
     piv = df.pivot_table(index="step", columns="rank", values=col, aggfunc="sum")
     if rank not in piv.columns or piv.shape[1] < 2:
         return 0.0
     others = piv.drop(columns=[rank]).median(axis=1)
-    return float(np.nanmedian((piv[rank] - others).to_numpy()))
+    d = (piv[rank] - others).to_numpy(float)
+    d = d[~np.isnan(d)]
+    return float(np.median(d)) if len(d) else float("nan")
 
 
 def compute_inside(lanes: Any, windows: tuple) -> np.ndarray:

@@ -7,7 +7,7 @@ from collections import Counter
 
 from analyzer.hang.inputs import HangInputs
 from analyzer.hang.stderr_facts import StderrFacts
-from analyzer.hang.waits import RankStates
+from analyzer.hang.waits import RankStates, adjacency
 from parsers.table import Table, isin
 
 
@@ -25,9 +25,7 @@ def waiters_of(edges: Table, culprits: set[int]) -> set[int]:
     """Every rank whose chain of waits reaches one of `culprits` (reverse reachability; culprits excluded)."""
     if edges.empty:
         return set()
-    prev: dict[int, set[int]] = {}
-    for w, t in zip(edges["waiter"], edges["target"]):
-        prev.setdefault(int(t), set()).add(int(w))
+    prev = adjacency(edges, "target", "waiter")
     seen, stack = set(culprits), list(culprits)
     while stack:
         for w in prev.get(stack.pop(), ()):

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+import numpy as np
+
 from parsers.table import Table, isin
 
 from analyzer.hang.diagnosis import HangDiagnosis
@@ -117,18 +119,27 @@ def chain_heads(edges: Table, st: RankStates, claimed: set[int]) -> dict[str, li
     if edges.empty:
         return {}
     waiters = set(int(x) for x in edges["waiter"])
+    # the edges grouped by target once (a 100,000-rank group has that many targets: no scan of all edges per target)
+    tgt = np.asarray(edges["target"], np.int64)
+    order = np.argsort(tgt, kind="stable")
+    uniq, first = np.unique(tgt[order], return_index=True)
+    bounds = dict(zip(uniq.tolist(), zip(first.tolist(), first[1:].tolist() + [len(tgt)])))
+    absent, unknown = np.asarray(edges["absent"], bool), np.asarray(edges["unknown"], bool)
+    groups, seqs = edges["group"], edges["seq"]
+    top: dict[str, int] = {}  # the furthest call enqueued in each group by any rank
+    for (gg, _), v in st.enqueued.items():
+        top[str(gg)] = max(top.get(str(gg), v), v)
     out: dict[str, list[int]] = {}
-    for t in sorted(set(int(x) for x in edges["target"]) - waiters - claimed):
-        absent = bool(edges["absent"][edges["target"] == t].any())
-        if absent:
+    for t in sorted(set(bounds) - waiters - claimed):
+        rows = order[bounds[t][0]:bounds[t][1]]
+        if bool(absent[rows].any()):
             out.setdefault("crashed_rank", []).append(t)
             continue
-        if bool(edges["unknown"][edges["target"] == t].all()):
+        if bool(unknown[rows].all()):
             out.setdefault("unknown_rank", []).append(t)
             continue
-        direct = edges[edges["target"] == t]
-        lag = max(max((v for (gg, _), v in st.enqueued.items() if gg == g), default=int(s))
-                  - st.enqueued.get((str(g), t), -1) for g, s in zip(direct["group"], direct["seq"]))
+        lag = max(top.get(str(groups[i]), int(seqs[i])) - st.enqueued.get((str(groups[i]), t), -1)
+                  for i in rows.tolist())
         out.setdefault("lagging_rank" if lag >= 2 else "missing_rank", []).append(t)
     return out
 

@@ -139,12 +139,17 @@ UNKNOWN_CONF = 0.4
 
 def _signature(inp: HangInputs, g: str, seq: int, r: int) -> tuple | None:
     """What one rank passed at (g, seq): op, input/output shapes and dtypes of each part (None: no record)."""
-    c = inp.calls[(inp.calls["group"] == g) & (inp.calls["seq"] == seq) & (inp.calls["rank"] == r)
-                  & (inp.calls["kind"] == "coll")]
-    if c.empty:
-        return None
-    return tuple((str(x.op), str(x.sizes_in), str(x.dtype_in), str(x.sizes_out))
-                 for x in c.sort_values("order").itertuples(index=False))
+    return _signatures(inp, g, seq).get(r)
+
+
+def _signatures(inp: HangInputs, g: str, seq: int) -> dict[int, tuple]:
+    """{rank: what it passed at (g, seq)} for every rank whose call is recorded: one pass over the calls, so asking
+    for each member of a 100,000-rank group costs the records, not members × records."""
+    c = inp.calls[(inp.calls["group"] == g) & (inp.calls["seq"] == seq) & (inp.calls["kind"] == "coll")]
+    out: dict[int, list] = {}
+    for x in c.sort_values("order").itertuples(index=False):
+        out.setdefault(int(x.rank), []).append((str(x.op), str(x.sizes_in), str(x.dtype_in), str(x.sizes_out)))
+    return {r: tuple(v) for r, v in out.items()}
 
 
 def _sig_text(sig: tuple) -> str:
@@ -179,10 +184,10 @@ def _abort_seq(inp: HangInputs, g: str, seq: int, r: int, got: int) -> int:
     """The call rank r aborted in: where the others wait (seq), unless every recorded call of its peers there
     moves fewer bytes than r received (a barrier after it) — then the peers' call before, which they completed
     (gloo's size check fails on the receiving side only: the sender goes on)."""
-    peers = sorted(set(inp.groups[g].members or ()) - {r})
+    peers = set(inp.groups[g].members or ()) - {r}
     for _ in range(2):
-        sizes = [call_bytes(inp, g, seq, p) for p in peers if _signature(inp, g, seq, p) is not None]
-        prev = [p for p in peers if _signature(inp, g, seq - 1, p) is not None]
+        sizes = [call_bytes(inp, g, seq, p) for p in sorted(peers & set(_signatures(inp, g, seq)))]
+        prev = peers & set(_signatures(inp, g, seq - 1))
         if not sizes or got < 0 or any(b < 0 or b >= got for b in sizes) or not prev or seq <= 1:
             break
         seq -= 1
@@ -205,7 +210,8 @@ def judge_receiver(inp: HangInputs, facts: StderrFacts, r: int, g: str, seq: int
     if not g or seq is None or not members:
         return "unknown", suspects, "no dump records the call it aborted in", UNKNOWN_CONF
     seq = _abort_seq(inp, g, seq, r, got)
-    present = {p: s for p in sorted(members - {r}) if (s := _signature(inp, g, seq, p)) is not None}
+    sigs = _signatures(inp, g, seq)
+    present = {p: sigs[p] for p in sorted((members - {r}) & set(sigs))}
     if not present:
         return "unknown", suspects, f"no other member's dump records #{seq} of group {g}", UNKNOWN_CONF
     if len(set(present.values())) > 1:
@@ -223,9 +229,9 @@ def judge_receiver(inp: HangInputs, facts: StderrFacts, r: int, g: str, seq: int
     p = next(iter(present))
     sib = []
     for h in _siblings(inp, g):
-        ss = {q: _signature(inp, h.key, seq, q) for q in sorted(h.members)}
-        if all(s is not None for s in ss.values()) and len(set(ss.values())) == 1:
-            sib.append((h.key, next(iter(ss.values()))))
+        hs = _signatures(inp, h.key, seq)
+        if set(h.members) <= set(hs) and len({hs[q] for q in h.members}) == 1:
+            sib.append((h.key, hs[next(iter(h.members))]))
     if sib and len({s for _, s in sib}) == 1:
         keys = ", ".join(k for k, _ in sib)
         if sib[0][1] == sig:

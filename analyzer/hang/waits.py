@@ -178,9 +178,12 @@ def _targets(inp: HangInputs, st: RankStates, r: int, row: dict, by_rank: dict) 
 
 def wait_edges(st: RankStates) -> Table:
     """waiter → target rows (group, seq, kind) from the blocking points."""
-    rows = [dict(waiter=b.rank, target=t, group=b.group, seq=b.seq, kind=b.kind, op=b.op, absent=t in b.absent,
-                 unknown=t in b.unknown, created_ns=int(b.row.get("created_ns", -1) or -1))
-            for b in st.blocked.values() for t in b.targets]
+    rows = []
+    for b in st.blocked.values():  # sets: a waiter in a 100,000-rank group has that many targets
+        absent, unknown = set(b.absent), set(b.unknown)
+        created = int(b.row.get("created_ns", -1) or -1)
+        rows += [dict(waiter=b.rank, target=t, group=b.group, seq=b.seq, kind=b.kind, op=b.op, absent=t in absent,
+                      unknown=t in unknown, created_ns=created) for t in b.targets]
     return Table.from_records(rows, EDGE_COLUMNS, EDGE_DTYPES)
 
 
@@ -189,9 +192,22 @@ EDGE_DTYPES = {"waiter": np.int64, "target": np.int64, "seq": np.int64, "absent"
                "created_ns": np.int64}
 
 
+def adjacency(edges: Table, frm: str = "waiter", to: str = "target") -> dict[int, list[int]]:
+    """{rank in column `frm`: sorted distinct ranks of column `to` on its edges}, from one sort of the edges (a
+    100,000-rank group has that many keys: no sub-table per key)."""
+    if not len(edges):
+        return {}
+    a, b = np.asarray(edges[frm], np.int64), np.asarray(edges[to], np.int64)
+    order = np.argsort(a, kind="stable")
+    keys, first = np.unique(a[order], return_index=True)
+    ends = first[1:].tolist() + [len(a)]
+    dst = b[order].tolist()
+    return {k: sorted(set(dst[i:j])) for k, i, j in zip(keys.tolist(), first.tolist(), ends)}
+
+
 def reachable_roots(edges: Table, start: int) -> set[int]:
     """Sinks reachable from `start` along wait edges (the ranks at the head of its chain)."""
-    nxt = {int(k): sorted(set(v["target"].tolist())) for k, v in edges.groups("waiter")} if len(edges) else {}
+    nxt = adjacency(edges)
     seen, stack, out = {start}, [start], set()
     while stack:
         u = stack.pop()
@@ -209,7 +225,7 @@ def cycles(edges: Table) -> list[list[int]]:
     """Strongly connected components of ≥ 2 ranks (Tarjan, iterative): ranks that wait for each other."""
     if edges.empty:
         return []
-    nxt: dict[int, list[int]] = {int(k): sorted(set(map(int, v["target"].tolist()))) for k, v in edges.groups("waiter")}
+    nxt = adjacency(edges)
     nodes = sorted(set(nxt) | {int(t) for t in edges["target"]})
     index, low, on, stack, out = {}, {}, set(), [], []
     counter = [0]

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 from analyzer.load.damage import CutDamage, assess_job, drop_excluded
 from analyzer.load.engine import Engine, LocalEngine
 from parsers.discover import FR_DUMP, KINETO, MEMORY_SNAPSHOT, NCCL_LOG, NCCL_RAS, STDERR, discover, known_non_input
-from parsers.errors import InputError
+from parsers.errors import EmptyInput, InputError
 from parsers.table import Table
 
 if TYPE_CHECKING:  # the trace path's modules (pandas) are imported where traces are read, not for logs alone
@@ -19,6 +19,8 @@ if TYPE_CHECKING:  # the trace path's modules (pandas) are imported where traces
     from analyzer.rank.summary import RankLanes, RankSummary
 
 READ, SALVAGED, SKIPPED, FAILED = "read", "salvaged", "skipped", "failed"
+#: marks a worker's answer for a trace that holds nothing to analyse (listed as skipped, not failed)
+EMPTY = "\x00empty\x00"
 
 
 @dataclass
@@ -130,7 +132,9 @@ def _parse_trace(path: str, comm_kernels: tuple = ()) -> tuple[tuple[Optional[Ra
     from parsers.kineto import load_trace
     try:
         from parsers.comm_kernels import table_for
-        trace = load_trace(path, comm_kernels=table_for(comm_kernels))
+        trace = load_trace(path, comm_kernels=table_for(comm_kernels), refuse_empty=True)
+    except EmptyInput as exc:
+        return (None, EMPTY + exc.reason), None
     except InputError as exc:
         return (None, exc.reason), None
     except Exception as exc:  # a parser bug must not sink the other ranks
@@ -272,7 +276,8 @@ def load_job(paths: list[str | Path], jobs: Optional[int] = None,
     for path, (trace, err), handle in zip(trace_paths, results, handles):
         m = trace.step_metrics if trace is not None else None
         if trace is None:
-            records.append(FileRecord(path, KINETO, FAILED, err))
+            empty = err.startswith(EMPTY)
+            records.append(FileRecord(path, KINETO, SKIPPED if empty else FAILED, err[len(EMPTY):] if empty else err))
             continue
         if path in other_job:
             records.append(FileRecord(path, KINETO, SKIPPED, other_job[path], trace.rank))
@@ -328,6 +333,7 @@ def load_job(paths: list[str | Path], jobs: Optional[int] = None,
             w = list(getattr(value, "warnings", []) or [])
             warnings.extend(w)
             records.append(FileRecord(f.path, f.kind, READ, "; ".join(w[:1]), getattr(value, "rank", None)))
+    dumps = _one_dump_per_rank(dumps, records, warnings)
 
     mine = found
     if keep_folder is not None:  # another job's stderr files stay out (listed as skipped)
@@ -356,6 +362,19 @@ def load_job(paths: list[str | Path], jobs: Optional[int] = None,
     return out
 
 
+def _one_dump_per_rank(dumps: list, records: list[FileRecord], warnings: list[str]) -> list:
+    """The dumps kept (analyzer/load/dump_ranks.py); the records of the others say why (INPUT004)."""
+    from analyzer.load.dump_ranks import one_dump_per_rank
+    kept, renumbered, skipped = one_dump_per_rank(dumps)
+    by_path = {rec.path: rec for rec in records}
+    for (d, why), status in [(x, READ) for x in renumbered] + [(x, SKIPPED) for x in skipped]:
+        rec = by_path.get(str(d.path))
+        if rec is not None:
+            rec.message, rec.rank, rec.status = why, d.rank, status
+        warnings.append(f"{d.path}: {why}")
+    return kept
+
+
 def _job_metrics(metrics: list) -> "pd.DataFrame | Table":
     """The ranks' step metrics as one table sorted by rank and step; an empty Table without traces (no pandas)."""
     if not metrics:
@@ -382,7 +401,7 @@ def _split_jobs(paths: list[str], results: list, wanted: Optional[str]) -> tuple
                                                                                  Optional[str]]:
     """(the jobs found as dicts, {path of a trace of another job: why skipped}, folder of the chosen job when
     jobs were told apart by sub-folder) — empty when the traces are one job."""
-    from analyzer.load.jobs import TraceInfo, choose, group_jobs
+    from analyzer.load.jobs import OptionError, TraceInfo, choose, group_jobs
     infos = []
     for path, (trace, _) in zip(paths, results):
         if trace is None:
@@ -391,7 +410,7 @@ def _split_jobs(paths: list[str], results: list, wanted: Optional[str]) -> tuple
     groups = group_jobs(infos)
     if len(groups) < 2:
         if wanted is not None and str(wanted).strip() not in ("", "1", "job"):
-            raise ValueError(f"--job {wanted!r}: the inputs hold one job only")
+            raise OptionError(f"--job {wanted!r}: the inputs hold one job only")
         return [], {}, None
     sel = choose(groups, wanted)
     why = ", ".join(sorted({w for g in groups for w in g.told_by}))

@@ -17,6 +17,12 @@ JOB_GAP_NS = 300 * 10**9
 EPOCH_NS = 10**18
 
 
+
+class OptionError(ValueError):
+    """An option the caller gave does not fit the inputs (--job naming none of the jobs found, a world size out of
+    range): a usage error (exit 2). Any other ValueError raised while analysing is a bug, never one of these."""
+
+
 @dataclass
 class TraceInfo:
     """The facts about one parsed trace that tell its job."""
@@ -212,6 +218,6 @@ def choose(jobs: list[JobGroup], wanted: Optional[str]) -> JobGroup:
         hits = [j for j in jobs if w in j.label]
         if len(hits) == 1:
             return hits[0]
-        raise ValueError(f"--job {w!r} matches {'several' if hits else 'none'} of the jobs found: "
+        raise OptionError(f"--job {w!r} matches {'several' if hits else 'none'} of the jobs found: "
                          + ", ".join(f"{i}. {j.label}" for i, j in enumerate(jobs, 1)))
     return max(jobs, key=lambda j: (len(set(j.ranks)), j.start_ns or 0, -jobs.index(j)))

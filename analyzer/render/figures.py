@@ -164,7 +164,9 @@ def heatmap(report: dict, column: str, title: str, cmap: str = "viridis", relati
     height = min(9.0, 1.2 + 0.28 * n) if n <= MAX_RANKS else 7.0
     fig, ax = plt.subplots(figsize=(min(WIDTH, 3.0 + 0.7 * piv.shape[1]), height))
     if relative:
-        med = np.nanmedian(vals, axis=0, keepdims=True)
+        cols = np.isfinite(vals).any(axis=0)  # a column with no value has no median (and no warning)
+        med = np.full((1, vals.shape[1]), np.nan)
+        med[:, cols] = np.nanmedian(vals[:, cols], axis=0, keepdims=True)
         with np.errstate(divide="ignore", invalid="ignore"):
             dev = 100.0 * (vals / med - 1.0)
         lim = max(10.0, float(np.nanmax(np.abs(dev))) if np.isfinite(dev).any() else 10.0)

@@ -17,6 +17,7 @@ from datetime import datetime, timezone
 from typing import Any, Iterable, Optional
 
 from analyzer import __version__
+from parsers.kineto_values import base_time_ns
 
 #: Timestamps at or past this (2001-09-09 in ns since the epoch) are wall-clock; smaller ones are boot-relative.
 EPOCH_NS = 10**18
@@ -65,11 +66,7 @@ def _collected(job: Any) -> tuple[Optional[str], Optional[str]]:
     """(ISO-8601 UTC time of the earliest recorded event, what says so) from wall-clock trace times."""
     starts = []
     for t in job.traces.values():
-        base = (t.meta or {}).get("base_time_ns")
-        try:
-            base = int(base) if base is not None else None
-        except (TypeError, ValueError):
-            base = None
+        base = base_time_ns((t.meta or {}).get("base_time_ns"))  # None when absent or out of range
         start = t.activity_start
         if start is not None and int(start) >= EPOCH_NS:  # the trace's own times are epoch ns
             starts.append(int(start))

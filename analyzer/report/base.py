@@ -90,6 +90,10 @@ def nothing_analysed_reason(job: Job) -> str:
     if failed:
         return (f"{len(failed)} of {n} file(s) could not be read (first: {failed[0].path}: {failed[0].message}); "
                 "no trace, NCCL/stderr log, NCCL RAS report or Flight Recorder dump was usable")
+    empty = [f for f in job.files if f.status == "skipped" and f.message.startswith("nothing to analyse")]
+    if empty:
+        return (f"{len(empty)} of {n} file(s) hold nothing to analyse (first: {empty[0].path}: {empty[0].message}); "
+                "no other trace, NCCL/stderr log, NCCL RAS report or Flight Recorder dump was usable")
     return (f"none of the {n} file(s) is a profiler trace, NCCL/watchdog or stderr log, NCCL RAS report, or Flight "
             "Recorder dump")
 

@@ -1,6 +1,7 @@
-"""The hostile-input classes of issue #24, each as a seeded folder builder, and the way they are judged: the real
-command in a subprocess under a 2 GB address-space limit and a 20 s timeout, which must exit as a diagnosis
-(0/1/2), never as a crash (3), a MemoryError, a signal or a traceback, with every CI-facing output clean.
+"""The hostile-input classes of issues #24 and #34, each as a seeded folder builder, and the way they are judged:
+the real command in a subprocess under a 2 GB address-space limit and 20 s of CPU (60 s of wall clock: on a shared
+machine the wall clock measures the neighbours), which must exit as a diagnosis (0/1/2), never as a crash (3), a
+MemoryError, a signal, a traceback or a library warning, with every CI-facing output clean.
 
 `python -m tests.fuzz.hostile_cases N SEED` runs N mixed cases (the campaign; CI runs a handful, see
 tests/test_hostile_files.py).
@@ -10,18 +11,22 @@ from __future__ import annotations
 import gzip
 import os
 import random
+import re
+import resource
 import shutil
 import struct
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from tests.fuzz import mutators as mu
 
 ROOT = mu.ROOT
 ADDRESS_SPACE = 2 << 30
+#: CPU seconds a case may use (the command and its workers): what the input costs, whatever else the machine
+#: runs; a run that blocks without using CPU is ended by the wall-clock limit
 TIME_LIMIT_S = 20.0
+WALL_LIMIT_S = 3 * TIME_LIMIT_S
 HANG = mu.FIXTURES / "real-cpu-hang" / "size_mismatch_abort"
 SIZE_ABORT = mu.FIXTURES / "real-cpu-failures" / "stderr_only_size_abort"
 PIPE = mu.FIXTURES / "real-cpu" / "pp-gpipe"
@@ -149,9 +154,139 @@ def case_mixed(d: Path, rng: random.Random) -> Path:
     return d
 
 
+# ------------------------------------------------------------------------------------------ issue #34 classes
+STRAGGLER = mu.FIXTURES / "real-cpu" / "ddp-straggler"
+
+
+def _edit_trace(p: Path, fn) -> None:
+    """Rewrite a gzip trace through ``fn(doc)`` (the document as a dict; json writes integers beyond int64)."""
+    import json
+    doc = json.loads(gzip.decompress(p.read_bytes()))
+    fn(doc)
+    p.write_bytes(gzip.compress(json.dumps(doc).encode(), compresslevel=1))
+
+
+def case_base_time_out_of_range(d: Path, rng: random.Random) -> Path:
+    """Every rank's baseTimeNanoseconds beyond int64 or any date (2^63, 1e21, 1e300, ...), its ts made
+    boot-relative so the report's collection time must read the base; run with --timeline and --html."""
+    _copy(STRAGGLER, d)
+    values = [2**63 + rng.randrange(1000), 1e21, 1e300, -1e300, 2**64, 10**30, "9" * 40]
+    for p in sorted(d.glob("*.pt.trace.json.gz")):
+        def bad(doc, v=rng.choice(values)):
+            doc["baseTimeNanoseconds"] = v
+            t0 = min(e["ts"] for e in doc["traceEvents"] if isinstance(e.get("ts"), (int, float)))
+            for e in doc["traceEvents"]:
+                if isinstance(e.get("ts"), (int, float)):
+                    e["ts"] -= t0
+        _edit_trace(p, bad)
+    return d
+
+
+def case_no_complete_step(d: Path, rng: random.Random) -> Path:
+    """Two ranks, one cut off before its first step ends (no instance seen by two ranks); --html, --timeline."""
+    d.mkdir(parents=True)
+    for r in (0, 1):
+        shutil.copy(STRAGGLER / f"rank{r}.pt.trace.json.gz", d)
+    p = d / "rank1.pt.trace.json.gz"
+    data = gzip.decompress(p.read_bytes())
+    p.write_bytes(gzip.compress(data[:int(len(data) * rng.uniform(0.003, 0.25))], compresslevel=1))
+    return d
+
+
+def big_group_dump(src: Path, n: int) -> bytes:
+    """A real dump whose process groups list ranks 0..n-1."""
+    import pickle
+    from parsers.safe_unpickle import safe_loads
+    obj = safe_loads(src.read_bytes())
+    for v in obj["pg_config"].values():
+        v["ranks"] = str(list(range(n)))
+    return pickle.dumps(obj, protocol=2)
+
+
+def case_huge_group(d: Path, rng: random.Random) -> Path:
+    """The gloo size abort whose dumps' group lists 16,384 or 100,000 ranks (lookups must stay linear)."""
+    _copy(HANG, d)
+    n = rng.choice([16384, 100000])
+    for p in sorted(d.glob("nccl_trace_rank_*")):
+        p.write_bytes(big_group_dump(p, n))
+    return d
+
+
+EMPTY_TRACES = [b'{"traceEvents": []}', b'{"traceEvents":[]}\n', b'{"traceEvents": [], "deviceProperties": []}',
+                b'{"traceEvents": [{"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "x"}}]}',
+                b'{"schemaVersion": 1, "traceEvents": [], "distributedInfo": {"rank": 0}}']
+
+
+def case_many_empty_traces(d: Path, rng: random.Random) -> Path:
+    """4000 empty or metadata-only traces: rejecting each must cost far less than analysing a real one."""
+    d.mkdir(parents=True)
+    for i in range(4000):
+        (d / f"rank{i}.pt.trace.json").write_bytes(rng.choice(EMPTY_TRACES))
+    return d
+
+
+def case_duplicate_dump_ranks(d: Path, rng: random.Random) -> Path:
+    """The gloo size abort with rank 0's dump also written as JSON, and rank 2's pickle claiming rank 0."""
+    import json
+    import pickle
+    from parsers.safe_unpickle import safe_loads
+    _copy(HANG, d)
+    zero = safe_loads((d / "nccl_trace_rank_0").read_bytes())
+    (d / "nccl_trace_rank_0.json").write_text(json.dumps(zero, default=str), encoding="utf-8")
+    two = safe_loads((d / "nccl_trace_rank_2").read_bytes())
+    two["rank"] = 0
+    if rng.random() < 0.5:
+        (d / "nccl_trace_rank_2").write_bytes(pickle.dumps(two, protocol=rng.choice([2, 4])))
+    else:
+        (d / "nccl_trace_rank_2").unlink()
+        (d / "nccl_trace_rank_2.json").write_text(json.dumps(two, default=str), encoding="utf-8")
+    return d
+
+
+def case_gzip_flip(d: Path, rng: random.Random) -> Path:
+    """One flipped bit inside a rank's deflate stream, past its first events (the rank must be salvaged)."""
+    _copy(STRAGGLER, d)
+    p = d / f"rank{rng.randrange(4)}.pt.trace.json.gz"
+    z = bytearray(p.read_bytes())
+    z[rng.randrange(len(z) // 5, len(z) - 8)] ^= 1 << rng.randrange(8)
+    p.write_bytes(bytes(z))
+    return d
+
+
+def case_lone_surrogate(d: Path, rng: random.Random) -> Path:
+    """A lone escaped UTF-16 surrogate in a rank's host_name and in one of its thread names."""
+    _copy(STRAGGLER, d)
+    p = d / f"rank{rng.randrange(4)}.pt.trace.json.gz"
+    data = gzip.decompress(p.read_bytes())
+    lone = rng.choice([b"\\ud800", b"\\udfff", b"\\udbff"])
+    data = data.replace(b'"host_name": "', b'"host_name": "' + lone, 1)
+    data = data.replace(b'"name": "thread ', b'"name": "' + lone + b'thread ', 1)
+    p.write_bytes(gzip.compress(data, compresslevel=1))
+    return d
+
+
+def case_all_nan_slice(d: Path, rng: random.Random) -> Path:
+    """The straggler's steps numbered apart from the others' (no step in common: medians over empty slices)."""
+    import re
+    _copy(STRAGGLER, d)
+    p = d / "rank2.pt.trace.json.gz"
+    k = rng.choice([100, 1000, 10**6])
+    data = re.sub(rb"ProfilerStep#(\d+)", lambda m: b"ProfilerStep#" + str(int(m.group(1)) + k).encode(),
+                  gzip.decompress(p.read_bytes()))
+    p.write_bytes(gzip.compress(data, compresslevel=1))
+    return d
+
+
+#: extra outputs a class is run with (the renderers that crashed on it)
+CLASS_OUTPUTS = {"base_time_out_of_range": ("--timeline", "--html"), "no_complete_step": ("--timeline", "--html")}
+
 CLASSES = {"huge_pickle_lengths": case_huge_pickle_lengths, "huge_number_in_log": case_huge_number_in_log,
            "zero_duration_pipeline_rank": case_zero_duration_pipeline_rank, "line_separators": case_line_separators,
-           "non_finite_trace": case_non_finite_trace, "mixed": case_mixed}
+           "non_finite_trace": case_non_finite_trace, "mixed": case_mixed,
+           "base_time_out_of_range": case_base_time_out_of_range, "no_complete_step": case_no_complete_step,
+           "huge_group": case_huge_group, "many_empty_traces": case_many_empty_traces,
+           "duplicate_dump_ranks": case_duplicate_dump_ranks, "gzip_flip": case_gzip_flip,
+           "lone_surrogate": case_lone_surrogate, "all_nan_slice": case_all_nan_slice}
 
 
 # ------------------------------------------------------------------------------------------ the judge
@@ -160,23 +295,28 @@ def _limit() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE, ADDRESS_SPACE))
 
 
-def run_cli(folder: Path, out: Path, timeout: float = TIME_LIMIT_S) -> tuple[int, str, float, dict[str, str]]:
-    """The command on `folder` as a user runs it, every CI-facing output written: (exit code, stderr, seconds,
-    {format: text}). Exit code -9 / 124 mean killed by the memory limit / the timeout."""
+def run_cli(folder: Path, out: Path, timeout: float = WALL_LIMIT_S,
+            extra: tuple[str, ...] = ()) -> tuple[int, str, float, dict[str, str]]:
+    """The command on `folder` as a user runs it, every CI-facing output written (and ``extra``: '--html',
+    '--timeline' write those too): (exit code, stderr, CPU seconds, {format: text}). Exit code -9 / 124 mean
+    killed by the memory limit / the wall-clock limit (``timeout``, which ends a run that blocks)."""
     out.mkdir(parents=True, exist_ok=True)
     names = {"json": "r.json", "github": "r.gh", "junit": "r.xml", "sarif": "r.sarif", "text": "r.txt"}
     cmd = [sys.executable, "-m", "analyzer", str(folder), "-q", "--jobs", "1", "--format", "text",
            "-o", str(out / names["text"]), "--json", str(out / names["json"]), "--github", str(out / names["github"]),
            "--junit", str(out / names["junit"]), "--sarif", str(out / names["sarif"])]
+    for opt in extra:
+        cmd += [opt, str(out / f"{opt.strip('-')}.html")]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    t0 = time.monotonic()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     try:
         r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout,
                            preexec_fn=_limit)
         code, err = r.returncode, r.stderr
     except subprocess.TimeoutExpired as exc:
         code, err = 124, (exc.stderr or b"").decode("utf-8", "replace") if isinstance(exc.stderr, bytes) else ""
-    took = time.monotonic() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    took = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     docs = {f: (out / n).read_text(encoding="utf-8") for f, n in names.items() if (out / n).exists()}
     return code, err, took, docs
 
@@ -184,9 +324,12 @@ def run_cli(folder: Path, out: Path, timeout: float = TIME_LIMIT_S) -> tuple[int
 def judge(where: str, code: int, err: str, took: float, docs: dict[str, str]) -> None:
     """Raise AssertionError unless the run was a diagnosis within the limits, with clean CI-facing outputs."""
     from tests.fuzz.checks import CHECKS
-    assert code != 124, f"{where}: ran past {TIME_LIMIT_S:.0f} s"
+    assert code != 124, f"{where}: ran past the {WALL_LIMIT_S:.0f} s wall-clock limit (blocked?)"
+    assert took <= TIME_LIMIT_S, f"{where}: {took:.1f} s of CPU, more than {TIME_LIMIT_S:.0f} s"
     assert code in (0, 1, 2), f"{where}: exit {code} after {took:.1f} s: {err[-1500:]}"
     assert "Traceback" not in err and "MemoryError" not in err, f"{where}: {err[-1500:]}"
+    # stderr carries the tool's own messages only: no library's RuntimeWarning / FutureWarning / ...
+    assert not re.search(r"\w+Warning: ", err), f"{where}: a library warning on stderr: {err[-1500:]}"
     assert set(docs) == {"json", "github", "junit", "sarif", "text"}, f"{where}: outputs missing: {sorted(docs)}"
     for fmt, text in docs.items():
         CHECKS[fmt](f"{where} --format {fmt}", text)  # lines split at every separator, not only LF
