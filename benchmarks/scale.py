@@ -1,12 +1,14 @@
 """Scaling with ranks: time and parent / worker peak memory of the pool and of Dask, and the fitted growth.
 
     python benchmarks/scale.py [--sizes 64,256,1024,4096] [--mb 2] [--jobs 2] [--engines pool,dask]
-                               [--outputs json] [--sim] [--out results.json]
+                               [--outputs json] [--sim] [--steps 40] [--out results.json]
 
 ``--outputs json,html,timeline`` measures each output on its own (one fresh process per size, engine and output:
 the report written as ``analyze --format json -o r.json``, ``--format html -o r.html`` or ``--timeline t.json.gz``
 write it) and prints the parent's peak per extra rank for each. ``--sim`` takes the job from the simulator's own
-``python -m simulator scale`` (bench-data/sim-<ranks>x<mb>/) instead of benchmarks/gen_traces.py.
+``python -m simulator scale`` (bench-data/sim-<ranks>x<mb>/) instead of benchmarks/gen_traces.py; ``--steps N``
+takes it with N steps in every rank (bench-data/sim-<ranks>xNsteps/) whatever the ranks' size, so the work per
+rank is held constant across sizes, and prints the growth per extra rank-step as well.
 
 Each size is a simulated job written once by benchmarks/gen_traces.py to bench-data/scale-<ranks>x<mb>/
 (git-ignored; delete it afterwards). Each run is a fresh child process that analyses the job and renders the
@@ -45,13 +47,15 @@ def ensure_job(ranks: int, mb: float, jobs: int) -> Path:
     return out
 
 
-def ensure_sim_job(ranks: int, mb: float) -> Path:
-    """The simulator's own scale job of ``ranks`` × ``mb`` MB (``python -m simulator scale``; written once)."""
-    out = DATA / f"sim-{ranks}x{mb:g}"
+def ensure_sim_job(ranks: int, mb: float, steps: int | None = None) -> Path:
+    """The simulator's own scale job of ``ranks`` × ``mb`` MB, or of ``ranks`` × ``steps`` steps
+    (``python -m simulator scale``; written once)."""
+    out = DATA / (f"sim-{ranks}x{mb:g}" if steps is None else f"sim-{ranks}x{steps}steps")
     if out.exists() and len(list(out.glob("rank*.pt.trace.json*"))) == ranks:
         return out
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "simulator", "scale", "--ranks", str(ranks), "--mb-per-rank", str(mb),
+    size = ["--mb-per-rank", str(mb)] if steps is None else ["--steps", str(steps)]
+    subprocess.run([sys.executable, "-m", "simulator", "scale", "--ranks", str(ranks), *size,
                     "--out", str(out)], check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
     print(f"  (wrote {out.name} in {time.perf_counter() - t0:.0f} s)", flush=True)
     return out
@@ -146,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="comma-separated outputs, each measured in its own run: json, html, timeline (or another "
                         "--format)")
     p.add_argument("--sim", action="store_true", help="the job from `python -m simulator scale`")
+    p.add_argument("--steps", type=int, help="with --sim: this many steps in every rank (instead of --mb per rank), "
+                                              "so the work per rank is the same at every size")
     p.add_argument("--out", help="also write the rows as JSON here")
     p.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
@@ -158,10 +164,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'engine':6} {'output':8} {'ranks':>6} {'wall s':>8} {'s/rank':>7} {'parent MB':>10} {'kept MB':>8} "
           f"{'worker MB':>10}", flush=True)
     for n in sizes:
-        folder = ensure_sim_job(n, a.mb) if a.sim else ensure_job(n, a.mb, a.jobs)
+        folder = ensure_sim_job(n, a.mb, a.steps) if a.sim or a.steps else ensure_job(n, a.mb, a.jobs)
         for eng in engines:
             for out in outputs:
-                r = {"engine": eng, "mb_per_rank": a.mb, "jobs": a.jobs, **measure(folder, eng, a.jobs, out)}
+                r = {"engine": eng, "mb_per_rank": a.mb, "steps_per_rank": a.steps, "jobs": a.jobs,
+                     **measure(folder, eng, a.jobs, out)}
                 rows.append(r)
                 print(f"{eng:6} {out:8} {n:>6} {r['wall_s']:>8.1f} {r['wall_s'] / n:>7.3f} "
                       f"{r['parent_peak_mb']:>10.1f} {r.get('parent_kept_mb', float('nan')):>8.0f} "
@@ -172,7 +179,9 @@ def main(argv: list[str] | None = None) -> int:
         xs = [r["ranks"] for r in rs]
         mem, icpt = fit(xs, [r["parent_peak_mb"] for r in rs])
         sec, sec0 = fit(xs, [r["wall_s"] for r in rs])
-        print(f"{eng} {out}: parent peak {icpt:.0f} MB + {mem:.4f} MB per extra {a.mb:g} MB rank "
+        per = f"{a.mb:g} MB rank" if not a.steps else (f"rank of {a.steps} steps = {mem * 1024 / a.steps:.3f} KB "
+                                                         f"per extra rank-step")
+        print(f"{eng} {out}: parent peak {icpt:.0f} MB + {mem:.4f} MB per extra {per} "
               f"(4096 ranks: {icpt + 4096 * mem:.0f} MB; 16384: {icpt + 16384 * mem:.0f} MB); "
               f"time {sec0:.1f} s + {sec:.3f} s per rank with {a.jobs} workers; worker peak "
               f"{max(r['worker_peak_mb'] for r in rs):.0f} MB")

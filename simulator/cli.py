@@ -55,6 +55,9 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--mb-per-rank", type=float, default=20.0)
     s.add_argument("--gpus-per-host", type=int, default=8)
     s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--steps", type=int, default=None,
+                   help="steps per rank (default: as many as --mb-per-rank holds; a rank's step grows with the "
+                        "world size, so hold this constant to compare world sizes)")
     s.add_argument("--out", type=Path, required=True)
     a = ap.parse_args(argv)
     try:
@@ -65,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"regenerated {n} scenarios", file=sys.stderr)
         else:
             from simulator.scale import write_scale
-            write_scale(a.ranks, a.mb_per_rank, a.out, a.gpus_per_host, a.seed)
+            write_scale(a.ranks, a.mb_per_rank, a.out, a.gpus_per_host, a.seed, a.steps)
     except (ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

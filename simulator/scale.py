@@ -35,8 +35,13 @@ def _shift(ev: dict, k: int, dt_us_ns: int, id_step: int) -> dict:
     return e
 
 
-def write_scale(ranks: int, mb_per_rank: float, out: Path, gpus_per_host: int = 8, seed: int = 0) -> None:
-    """Write `ranks` gzip traces of about `mb_per_rank` MB (uncompressed JSON) each, plus expected.json."""
+def write_scale(ranks: int, mb_per_rank: float, out: Path, gpus_per_host: int = 8, seed: int = 0,
+                steps: int | None = None) -> None:
+    """Write `ranks` gzip traces of about `mb_per_rank` MB (uncompressed JSON) each, plus expected.json; with
+    ``steps``, every rank holds exactly that many steps instead (whatever their size), so that a benchmark over
+    the number of ranks holds the work per rank constant (a rank's step grows a little with the world size)."""
+    if steps is not None and steps < 1:
+        raise ValueError(f"--steps {steps} must be at least 1")
     if ranks % gpus_per_host:
         raise ValueError(f"--ranks {ranks} must be a multiple of --gpus-per-host {gpus_per_host}")
     out.mkdir(parents=True, exist_ok=True)
@@ -54,7 +59,7 @@ def write_scale(ranks: int, mb_per_rank: float, out: Path, gpus_per_host: int = 
         for ev in w.events():
             (meta if ev.get("ph") == "M" else body).append(ev)
         step_bytes = sum(len(orjson.dumps(e)) + 2 for e in body)
-        reps = max(1, -(-(target - len(head)) // step_bytes))
+        reps = steps if steps is not None else max(1, -(-(target - len(head)) // step_bytes))
         with open(out / f"rank{r}.pt.trace.json.gz", "wb") as raw, \
                 gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="", compresslevel=1) as gz:
             gz.write(head + b', "traceEvents": [\n')

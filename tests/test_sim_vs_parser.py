@@ -70,3 +70,26 @@ def test_scale_mode_streams_repeated_steps_with_the_same_truth(tmp_path):
         for c in ("step_time_ns", "compute_ns", "comm_ns", "exposed_comm_ns", "idle_ns", "memcpy_ns"):
             assert (df[c] == want[c]).all(), c
         assert (df["start"].diff().dropna() == e["step_period_ns"]).all()
+
+
+def test_scale_mode_holds_the_steps_per_rank_with_steps(tmp_path):
+    """`python -m simulator scale --steps N` writes N steps in every rank whatever the world size (a benchmark over
+    ranks then holds the work per rank constant), and the analyzer reads N steps a rank with the truth's metrics."""
+    import analyzer
+    from simulator.cli import main as sim_main
+
+    for ranks, steps in ((4, 3), (8, 3)):
+        out = tmp_path / f"s{ranks}"
+        assert sim_main(["scale", "--ranks", str(ranks), "--gpus-per-host", "4", "--steps", str(steps),
+                         "--out", str(out)]) == 0
+        e = json.loads((out / "expected.json").read_text())
+        assert e["steps_per_rank"] == steps
+        with analyzer.load(out, jobs=1) as a:
+            rows = a.report["metrics"]["per_step"]
+            assert len(rows) == ranks * steps
+            assert {r["rank"] for r in rows} == set(range(ranks))
+            want = {m["rank"]: m["step_time_ns"] / 1000.0 for m in e["rank_step_metrics"]}
+            assert all(r["step_time_us"] == want[r["rank"]] for r in rows)
+            assert all(type(r) is dict for r in rows)  # plain dicts to every reader (json, ==, orjson)
+    assert sim_main(["scale", "--ranks", "4", "--gpus-per-host", "4", "--steps", "0", "--out",
+                     str(tmp_path / "bad")]) == 2

@@ -37,9 +37,19 @@ class Alignment:
 
     def shift(self, ranks: np.ndarray) -> np.ndarray:
         """Offset (ns) of each rank in ``ranks`` (0 for unknown ranks)."""
+        ranks = np.asarray(ranks)
+        if not len(ranks):
+            return np.empty(0, np.int64)
         lut = self.offset_of
-        return np.array([lut.get(int(r), 0) for r in ranks], dtype=np.int64) if len(ranks) else \
-            np.empty(0, np.int64)
+        lo, hi = int(ranks.min()), int(ranks.max())
+        if lo >= 0 and hi < (1 << 24):  # a table indexed by rank: no Python int per row (the member table's
+            table = np.zeros(hi + 1, np.int64)  # millions of rows)
+            for r, off in lut.items():
+                if 0 <= int(r) <= hi:
+                    table[int(r)] = off
+            return table[ranks]
+        uniq, inv = np.unique(ranks, return_inverse=True)
+        return np.array([lut.get(int(r), 0) for r in uniq], dtype=np.int64)[inv.reshape(-1)]
 
     def to_dict(self) -> dict:
         rows = [{"rank": int(r.rank), "offset_us": r.offset_ns / 1000.0,

@@ -203,13 +203,76 @@ def group_role_facts(coll: Any) -> dict[str, dict]:
     if coll is None or any(k not in coll for k in need) or not len(coll["rank"]):
         return {}
     step = np.asarray(coll["step"])
-    op = np.asarray(coll["op"]).astype(str)
-    keep = (step >= 0) & np.isin(op, _SIZED)
+    op_code, op_names = pd.factorize(np.asarray(coll["op"]), use_na_sentinel=False)
+    op_names = np.asarray([str(o) for o in op_names])  # what .astype(str) makes of each value
+    keep = (step >= 0) & np.isin(op_names, _SIZED)[op_code]
     if not keep.any():
         return {}
-    df = pd.DataFrame({"g": np.asarray(coll["process_group"])[keep].astype(str), "rank": np.asarray(coll["rank"])[keep],
-                       "step": step[keep], "op": op[keep], "n": np.asarray(coll["nelems"], np.int64)[keep],
-                       "cb": np.asarray(coll["compute_before"], np.float64)[keep]})
+    rows = np.flatnonzero(keep)
+    # the groups in the order they first appear in the rows (as one table over every row would list them)
+    first = dict.fromkeys(str(g) for g in pd.factorize(np.asarray(coll["process_group"])[rows])[1])
+    rank = np.asarray(coll["rank"])[rows]
+    # the rows in pieces of whole ranks (every (group, rank, step) lies in one piece), each in the rows' order:
+    # the piece's tables take ~220 bytes a row: over every row at once they were the cross-rank stage's peak
+    if len(rank) > 1 and (rank[1:] < rank[:-1]).any():  # (the rows come rank after rank: sorted already)
+        order = np.argsort(rank, kind="stable")
+        rows, rank = rows[order], rank[order]
+        del order
+    cuts = _rank_cuts(rank, ROLE_PIECE_ROWS)
+    del rank
+    pers, vcs = [], []
+    for a, b in zip(cuts[:-1], cuts[1:]):
+        per, vc = _role_rows(coll, np.sort(rows[a:b]), op_code, op_names)
+        pers.append(per)
+        vcs.append(vc)
+    per = pd.concat(pers, ignore_index=True) if len(pers) > 1 else pers[0]
+    vc = pd.concat(vcs, ignore_index=True).groupby(["g", "n"], sort=False)["c"].sum().reset_index() \
+        if len(vcs) > 1 else vcs[0]
+    vc = vc.sort_values(["g", "c", "n"], ascending=[True, False, True]).drop_duplicates("g")
+    payload = dict(zip(vc["g"], vc["n"].astype(int)))
+    out = {}
+    by_group = dict(tuple(per.groupby("g", sort=False)))
+    for g in first:
+        sub = by_group.get(g)
+        if sub is None:
+            continue
+        red_steps = sub[sub["n_red"] > 0]
+        out[str(g)] = {
+            "rank_steps": int(len(sub)),
+            "tp_steps": int(sub["tp_step"].sum()),
+            "reductions_per_step": float(sub["n_red"].median()),
+            "forward_reductions_per_step": float(sub["n_early_red"].median()),
+            "recurring_per_step": float(sub["n_pattern"].median()),
+            "payload_known": bool((sub["known"] > 0).any()),
+            "first_reduction_share": float(red_steps["first_red"].median()) if len(red_steps)
+            and red_steps["first_red"].notna().any() else None,
+            "activation_nelems": payload.get(str(g)),
+        }
+    return out
+
+
+#: group_role_facts works through the rows in pieces of whole ranks of about this many rows.
+ROLE_PIECE_ROWS = 1 << 14
+
+
+def _rank_cuts(rank: np.ndarray, rows: int) -> list[int]:
+    """Cut points of ``rank`` (sorted) into pieces of about ``rows`` rows, never inside one rank's rows."""
+    starts = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1]])  # where each rank's rows begin
+    cuts = [0]
+    for s in starts[1:].tolist():
+        if s - cuts[-1] >= rows:
+            cuts.append(s)
+    return cuts + [len(rank)]
+
+
+def _role_rows(coll: Any, idx: np.ndarray, op_code: np.ndarray, op_names: np.ndarray) -> tuple:
+    """group_role_facts' tables for the rows ``idx`` (whole ranks): per (group, rank, step) its counts, and per
+    (group, payload) how many recurring forward reductions carry it."""
+    step = np.asarray(coll["step"])[idx]
+    op = op_names[op_code[idx]]
+    df = pd.DataFrame({"g": np.asarray(coll["process_group"])[idx].astype(str), "rank": np.asarray(coll["rank"])[idx],
+                       "step": step, "op": op, "n": np.asarray(coll["nelems"], np.int64)[idx],
+                       "cb": np.asarray(coll["compute_before"], np.float64)[idx]})
     df["red"] = df["op"].isin(_REDUCTIONS)
     df["early"] = df["cb"] < FORWARD_SHARE  # NaN (a step with no compute) is not early
     key = ["g", "rank", "step"]
@@ -227,23 +290,7 @@ def group_role_facts(coll: Any) -> dict[str, dict]:
     per["tp_step"] = (per["n_pattern"] >= 2) | ((per["n_pattern"] >= 1) & (2 * per["n_pattern"] >= per["n_red"]))
     # the most common recurring payload per group (value_counts sorts by count; ties: the smaller size)
     vc = df[df["pattern"]].groupby(["g", "n"]).size().reset_index(name="c")
-    vc = vc.sort_values(["g", "c", "n"], ascending=[True, False, True]).drop_duplicates("g")
-    payload = dict(zip(vc["g"], vc["n"].astype(int)))
-    out = {}
-    for g, sub in per.groupby("g", sort=False):
-        red_steps = sub[sub["n_red"] > 0]
-        out[str(g)] = {
-            "rank_steps": int(len(sub)),
-            "tp_steps": int(sub["tp_step"].sum()),
-            "reductions_per_step": float(sub["n_red"].median()),
-            "forward_reductions_per_step": float(sub["n_early_red"].median()),
-            "recurring_per_step": float(sub["n_pattern"].median()),
-            "payload_known": bool((sub["known"] > 0).any()),
-            "first_reduction_share": float(red_steps["first_red"].median()) if len(red_steps)
-            and red_steps["first_red"].notna().any() else None,
-            "activation_nelems": payload.get(str(g)),
-        }
-    return out
+    return per, vc
 
 
 def _tp_pattern(facts: Optional[dict]) -> bool:

@@ -161,29 +161,44 @@ def _member_rows(coll: dict, pr: Optional[pd.DataFrame], al: al_mod.Alignment) -
     n_coll = len(coll["rank"])
     n_iid = int(coll["obs"].max() + 1) if n_coll else 0
     coll["iid"] = coll.pop("obs")
-    coll["kind"] = np.empty(n_coll, dtype=object)
-    coll["kind"][:] = "collective"  # one string object for every row (np.full makes one per row from a numpy
-    # str; the DataFrame's "str" column keeps the objects it is given)
-    coll["src"] = coll["dst"] = np.full(n_coll, -1, np.int64)
+    for k in [k for k in coll if k not in MEMBER_COLUMNS]:  # what the member table does not carry (compute_before)
+        del coll[k]
     if pr is not None:
         pk = pd.factorize(pd.MultiIndex.from_arrays([pr["process_group"], pr["src"], pr["dst"], pr["seq"]]))[0]
         pr = pr.assign(kind="p2p", iid=pk + n_iid).reindex(columns=MEMBER_COLUMNS)
     def column(k: str) -> np.ndarray:
-        a = coll.pop(k)
+        if k == "kind":  # one string object for every row (np.full makes one per row from a numpy str; the
+            a = np.empty(n_coll, dtype=object)  # DataFrame's "str" column keeps the objects it is given)
+            a[:] = "collective"
+        elif k in ("src", "dst"):
+            a = np.full(n_coll, -1, np.int64)
+        else:
+            a = coll.pop(k)
         return a if pr is None else np.concatenate([a, pr[k].to_numpy()])
     iid, rank = column("iid"), column("rank")
     order = np.lexsort((rank, iid))  # stable: a stable sort by (iid, rank)
-    shift = al.shift(rank)
     out: dict[str, np.ndarray] = {"iid": iid[order], "rank": rank[order]}
-    del iid
+    del iid, rank
+    shift = al.shift(out["rank"])  # in the sorted order: each column is shifted once sorted
     for k in MEMBER_COLUMNS[2:]:
-        v = column(k)
+        v = column(k)[order]  # the constant columns (kind, src, dst) are made here, one at a time
         if k in ("start", "end"):
-            v = v + shift
-        out[k] = v[order]
+            v += shift
+        out[k] = _strings(v)
         del v
     coll.clear()
+    del order, shift
     return pd.DataFrame(out, copy=False)
+
+
+def _strings(v: np.ndarray) -> Any:
+    """An object column of strings (op, dtype, group, kind) as the array type the table's constructor would infer
+    for it (pandas 3's ``str``), made without the constructor's inference: that tries every numeric type on the
+    way and holds about five times the column's size meanwhile (at 1024 ranks the member table's peak)."""
+    if v.dtype != object or not len(v) or pd.api.types.infer_dtype(v, skipna=False) != "string":
+        return v  # anything else: left to the constructor
+    dtype = pd.Series(v[:1]).dtype  # what the constructor infers for strings (object before pandas 3)
+    return v if dtype == object else pd.array(v, dtype=dtype, copy=False)
 
 
 #: At most this many member rows are on their way to the engine's instance tasks at once (about 64 MB).

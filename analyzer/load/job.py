@@ -266,6 +266,10 @@ def load_job(paths: list[str | Path], jobs: Optional[int] = None,
             from analyzer.rank.summary import SharedValues
             shared.append(SharedValues())
         return shared[0].share(r[0]), r[1]
+    if trace_paths:  # imported before any worker is forked, so the workers share them (pandas, the parser)
+        # instead of each importing them again; this process needs them anyway (summaries, cross-rank stage)
+        from analyzer.rank import summary as _summary  # noqa: F401
+        from parsers import kineto as _kineto  # noqa: F401
     results, handles = engine.map_keep(parse, trace_paths, progress, receive=receive)
     found_jobs, other_job, keep_folder = _split_jobs(trace_paths, results, select_job)
     traces: dict[int, RankSummary] = {}
