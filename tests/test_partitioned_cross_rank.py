@@ -148,8 +148,9 @@ def test_sampled_alignment_finds_true_offsets(name, monkeypatch):
     sampled = int(al.offsets["n_matched"].sum())
     coll = full.instances[full.instances["kind"] == "collective"]
     longest = int(coll.groupby("process_group").size().max())
-    # the alignment really read fewer rows, unless every group is too short to thin (< 2 × 3 instances)
-    assert sampled < rows or longest < 6, (sampled, rows, longest)
+    # the alignment really read fewer rows, unless every group is too short to thin (at most 2 × 3 instances: a
+    # thinned sample of 3-4 leaves a clock domain short and the caller falls back to every row, as documented)
+    assert sampled < rows or longest <= 6, (sampled, rows, longest)
     for r in job.ranks:
         want = true[r] - true[al.reference_rank]
         assert abs(al.offset_of[r] - want) <= 5_000, (r, al.offset_of[r], want)
