@@ -121,18 +121,24 @@ def straggler_info(ctx: Context) -> Optional[dict]:
         if d < dmin or int(r.get("n_decided") or 0) < 3 or (frac(r.get("pct_last")) or 0.0) < ctx.t("straggler_pct_last"):
             return False
         # the consistent-excess path also needs the wait it imposes to recur (a material delay in half the steps)
-        recurs = int(r.get("steps_delaying") or 0) >= max(1, -(-n_steps // 2))
-        own = bool(r.get("consistent_excess")) or bool(r.get("more_work"))  # its own work stands out
+        periodic = len(r.get("periodic_steps") or [])
+        recurs = int(r.get("steps_delaying") or 0) >= max(1, min(-(-n_steps // 2), periodic or n_steps))
+        own = bool(r.get("consistent_excess")) or bool(r.get("more_work")) or periodic > 0  # its own work stands out
         return sh >= smin or (own and sh >= scons and recurs)
 
+    # a rank idling on its own, consistently, while the hold-ups name nobody or only a "may be" (the analyzer's
+    # stragglers.own_host_excess): the shared host's noise never outweighs it
+    own_host = [r for r in rows if r.get("own_host_excess")]
     # the largest delay among the ranks that pass (a rank whose own work is consistently longer may hold a
     # smaller share of the hold-ups than the one noise made late once); none pass: no straggler
-    ok = [r for r in rows if passes(r)]
+    ok = own_host or [r for r in rows if passes(r)]
     if not ok:
         return stage  # send/recv hold nobody up in the collectives' sense: a pipeline stage's own excess may
     row = max(ok, key=lambda r: (num(r.get("delay_per_step_us")) or 0.0, -int(r["rank"])))
     rank = int(row["rank"])
     delay, share = num(row.get("delay_share")) or 0.0, num(row.get("holdup_share")) or 0.0
+    if row.get("own_host_excess"):  # its own lost time: the host/idle excess in every step
+        delay = max(delay, num(row.get("excess_share")) or 0.0)
     last = frac(row.get("pct_last")) or 0.0
     imposed = num(row.get("wait_imposed_us")) or 0.0
     ev = [Evidence(f"the other ranks waited for rank {rank} alone {(num(row.get('delay_per_step_us')) or 0) / 1000:.2f} "
