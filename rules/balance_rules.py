@@ -137,8 +137,13 @@ def straggler_info(ctx: Context) -> Optional[dict]:
     row = max(ok, key=lambda r: (num(r.get("delay_per_step_us")) or 0.0, -int(r["rank"])))
     rank = int(row["rank"])
     delay, share = num(row.get("delay_share")) or 0.0, num(row.get("holdup_share")) or 0.0
-    if row.get("own_host_excess"):  # its own lost time: the host/idle excess in every step
-        delay = max(delay, num(row.get("excess_share")) or 0.0)
+    cost = delay
+    if row.get("own_host_excess") or row.get("consistent_excess"):
+        # its own lost time, from its step decomposition: the excess of its compute or host/idle time over its
+        # peers' in every step, which the job waits for whether or not the noise splits the hold-ups
+        cost = max(delay, num(row.get("excess_share")) or 0.0)
+    if row.get("own_host_excess"):
+        delay = cost
     last = frac(row.get("pct_last")) or 0.0
     imposed = num(row.get("wait_imposed_us")) or 0.0
     ev = [Evidence(f"the other ranks waited for rank {rank} alone {(num(row.get('delay_per_step_us')) or 0) / 1000:.2f} "
@@ -170,7 +175,7 @@ def straggler_info(ctx: Context) -> Optional[dict]:
         conf = _straggler_confidence(delay, share, int(row.get("steps_held") or 0) / n_held, dmin, smin)
         if row.get("consistent_excess") and num(row.get("excess_confidence")) is not None:
             conf = max(conf, num(row.get("excess_confidence")))  # the analyzer's (cross_rank/stragglers.py)
-    return {"rank": rank, "cost": min(1.0, delay), "attribution": attribution, "confidence": conf, "evidence": ev}
+    return {"rank": rank, "cost": min(1.0, cost), "attribution": attribution, "confidence": conf, "evidence": ev}
 
 
 @rule("LOAD001", "Straggler rank", "warning",

@@ -455,15 +455,18 @@ def high_comm_share(ctx: Context) -> Iterator[Finding]:
 
 def _avoidable_latency(ctx: Context, group: str, per_step: float, mean_bytes: float) -> Optional[tuple[float, int]]:
     """(share of the step, ideal calls) the extra calls of a data-parallel group cost: DDP's default buckets make
-    1 + ⌈(bytes a step − 1 MB) / 25 MB⌉ calls of the same bytes; with at least twice as many, the latency-bound
+    1 + ⌈(bytes a step − 1 MB) / 25 MB⌉ calls of the same bytes; with more than twice as many, the latency-bound
     calls' part of the group's exposed communication beyond those — exposed share × (1 − ideal / calls) — is
-    what larger buckets give back. None without a role's exposed share or below twice the ideal count."""
+    what larger buckets give back. None for groups the roles section does not call data-parallel (dp / fsdp), or
+    at most twice the ideal count."""
     import math
     ideal = 1 + math.ceil(max(0.0, per_step * mean_bytes - 1e6) / 25e6)
-    if per_step < 2 * ideal:
+    if per_step <= 2 * ideal:  # more than twice (3 buckets and a metrics all-reduce a step are not judged)
         return None
     role = next((x for x in ctx.cross.get("roles") or [] if group in [str(g) for g in x.get("groups") or []]), None)
-    exposed = num((role or {}).get("exposed_comm_share"))
+    if role is None or str(role.get("role")) not in ("dp", "fsdp"):  # gradient reductions only: a TP group's
+        return None  # all-reduces carry activations, one per layer by design, and no bucket setting changes them
+    exposed = num(role.get("exposed_comm_share"))
     if exposed is None:
         return None
     return exposed * (1 - ideal / per_step), ideal
@@ -480,7 +483,7 @@ def _avoidable_latency(ctx: Context, group: str, per_step: float, mean_bytes: fl
                             source="α-β model with NCCL's ring latency (8.4 µs + 5.7-6.6 µs per hop, "
                                    "src/graph/tuning.cc): below ~1 MB latency is over half the time on any link"),
                   Threshold("small_coll_cost_min", 0.05, "fraction",
-                            "… or fewer calls, at least twice as many as DDP's default buckets would make of the same "
+                            "… or fewer calls, more than twice as many as DDP's default buckets would make of the same "
                             "bytes, when the part of the group's exposed communication the extra calls account for "
                             "is at least this share of the step",
                             source="real CPU runs (fixtures/real-cpu-perf-4): bucket_cap_mb=0.02 gives 8 all-reduces "

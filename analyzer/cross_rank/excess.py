@@ -59,7 +59,8 @@ def host_idle_time(job: Any) -> pd.DataFrame:
     a step idles 21-25 % of it, its peers 0.5-2.6 %), so this excess is the rank's own whatever the noise."""
     gaps = first_activity_gap(job)
     sm = job.step_metrics
-    if sm is None or not len(sm) or "idle_ns" not in sm:
+    pipeline = any(getattr(t, "blocks", None) is not None for t in (getattr(job, "traces", None) or {}).values())
+    if pipeline or sm is None or not len(sm) or "idle_ns" not in sm:  # a stage's idle time is its bubble
         return gaps.rename(columns={"gap_ns": "host_ns"})
     idle = sm[["rank", "step", "idle_ns"]]
     both = idle.merge(gaps, on=["rank", "step"], how="outer")
@@ -275,6 +276,7 @@ def consistency_table(sources: tuple, ref: pd.Series) -> pd.DataFrame:
     both.loc[mine, "_periodic"] = True
     drop = both["rank"].isin(both.loc[mine, "rank"]) & (both["excess_kind"] == "compute")
     both = both[~drop]
-    both = both.sort_values(["rank", "consistent", "_periodic", "excess_z"], ascending=[True, False, False, False],
-                            kind="stable")
+    # of two consistent kinds, the larger part of the rank's step decomposition names it
+    both = both.sort_values(["rank", "consistent", "_periodic", "excess_share"],
+                            ascending=[True, False, False, False], kind="stable")
     return both.drop_duplicates("rank")[cols].reset_index(drop=True)
