@@ -501,6 +501,11 @@ def small_collectives(ctx: Context) -> Iterator[Finding]:
     A collective costs roughly α + bytes/β; below ~1-4 MB the latency α (tens of µs, more across nodes)
     dominates and busbw collapses. Tensor-parallel, pipeline and expert groups are not judged (their message
     sizes follow the model). Cost: the transfer time of these collectives per rank as a fraction of step time.
+    Fewer calls are judged by what they cost: a data-parallel role issuing more than twice the calls DDP's
+    default buckets would make of the same bytes (1 MB first, then 25 MB) is reported when the extra calls' part
+    of its exposed communication (exposed share × (1 − ideal / calls)) is ≥ ``small_coll_cost_min`` of the step;
+    that part is then the cost (real CPU runs, bucket_cap_mb=0.02: 20.5 % estimated, 23.6 % measured in the job
+    against 25 MB buckets).
     """
     steps = ctx.n_steps()
     if not steps:
