@@ -142,8 +142,6 @@ def straggler_info(ctx: Context) -> Optional[dict]:
         # its own lost time, from its step decomposition: the excess of its compute or host/idle time over its
         # peers' in every step, which the job waits for whether or not the noise splits the hold-ups
         cost = max(delay, num(row.get("excess_share")) or 0.0)
-    if row.get("own_host_excess"):
-        delay = cost
     last = frac(row.get("pct_last")) or 0.0
     imposed = num(row.get("wait_imposed_us")) or 0.0
     ev = [Evidence(f"the other ranks waited for rank {rank} alone {(num(row.get('delay_per_step_us')) or 0) / 1000:.2f} "
@@ -156,6 +154,12 @@ def straggler_info(ctx: Context) -> Optional[dict]:
                    + (f"{imposed / n_steps / 1000:.2f} ms per step ({imposed / 1000:.2f} ms summed over {n_steps} "
                       f"step{'s' if n_steps != 1 else ''})" if n_steps else f"{imposed / 1000:.2f} ms summed over "
                       "the trace"))]
+    if row.get("own_host_excess"):
+        ev.insert(0, Evidence(f"its own host/idle time (no op running, or before its first compute) exceeds its peers' "
+                              f"by {pct(num(row.get('excess_share')))} of the step in "
+                              f"{row.get('excess_steps_above')} of {row.get('excess_steps')} steps, far above their "
+                              "noise: a shared host's contention makes ops run longer, it does not leave one rank "
+                              "idle; the hold-ups name no rank with work of its own"))
     named = s.get("straggler") == rank
     comp = _compute_straggler(ctx)
     said = ("the others waited for", "it arrived last", "it arrives last") + \
