@@ -121,18 +121,27 @@ def straggler_info(ctx: Context) -> Optional[dict]:
         if d < dmin or int(r.get("n_decided") or 0) < 3 or (frac(r.get("pct_last")) or 0.0) < ctx.t("straggler_pct_last"):
             return False
         # the consistent-excess path also needs the wait it imposes to recur (a material delay in half the steps)
-        recurs = int(r.get("steps_delaying") or 0) >= max(1, -(-n_steps // 2))
-        own = bool(r.get("consistent_excess")) or bool(r.get("more_work"))  # its own work stands out
+        periodic = len(r.get("periodic_steps") or [])
+        recurs = int(r.get("steps_delaying") or 0) >= max(1, min(-(-n_steps // 2), periodic or n_steps))
+        own = bool(r.get("consistent_excess")) or bool(r.get("more_work")) or periodic > 0  # its own work stands out
         return sh >= smin or (own and sh >= scons and recurs)
 
+    # a rank idling on its own, consistently, while the hold-ups name nobody or only a "may be" (the analyzer's
+    # stragglers.own_host_excess): the shared host's noise never outweighs it
+    own_host = [r for r in rows if r.get("own_host_excess")]
     # the largest delay among the ranks that pass (a rank whose own work is consistently longer may hold a
     # smaller share of the hold-ups than the one noise made late once); none pass: no straggler
-    ok = [r for r in rows if passes(r)]
+    ok = own_host or [r for r in rows if passes(r)]
     if not ok:
         return stage  # send/recv hold nobody up in the collectives' sense: a pipeline stage's own excess may
     row = max(ok, key=lambda r: (num(r.get("delay_per_step_us")) or 0.0, -int(r["rank"])))
     rank = int(row["rank"])
     delay, share = num(row.get("delay_share")) or 0.0, num(row.get("holdup_share")) or 0.0
+    cost = delay
+    if row.get("own_host_excess") or row.get("consistent_excess"):
+        # its own lost time, from its step decomposition: the excess of its compute or host/idle time over its
+        # peers' in every step, which the job waits for whether or not the noise splits the hold-ups
+        cost = max(delay, num(row.get("excess_share")) or 0.0)
     last = frac(row.get("pct_last")) or 0.0
     imposed = num(row.get("wait_imposed_us")) or 0.0
     ev = [Evidence(f"the other ranks waited for rank {rank} alone {(num(row.get('delay_per_step_us')) or 0) / 1000:.2f} "
@@ -146,6 +155,12 @@ def straggler_info(ctx: Context) -> Optional[dict]:
                    "and every collective it was last in (so not comparable with the delay above): "
                    + (f"{imposed / n_steps / 1000:.2f} ms per step, {imposed / 1000:.2f} ms over {n_steps} "
                       f"step{'s' if n_steps != 1 else ''}" if n_steps else f"{imposed / 1000:.2f} ms over the trace"))]
+    if row.get("own_host_excess"):
+        ev.insert(0, Evidence(f"its own host/idle time (no op running, or before its first compute) exceeds its peers' "
+                              f"by {pct(num(row.get('excess_share')))} of the step in "
+                              f"{row.get('excess_steps_above')} of {row.get('excess_steps')} steps, far above their "
+                              "noise: a shared host's contention makes ops run longer, it does not leave one rank "
+                              "idle; the hold-ups name no rank with work of its own"))
     named = s.get("straggler") == rank
     comp = _compute_straggler(ctx)
     said = ("the others waited for", "it arrived last", "it arrives last") + \
@@ -167,7 +182,7 @@ def straggler_info(ctx: Context) -> Optional[dict]:
             conf = max(conf, num(row.get("excess_confidence")))  # the analyzer's (cross_rank/stragglers.py)
     basis = confidence_basis(rank, attribution, conf, delay, share, int(row.get("steps_held") or 0), n_held,
                              dmin, smin, str(s.get("evidence") or "") if named else "")
-    return {"rank": rank, "cost": min(1.0, delay), "attribution": attribution, "confidence": conf, "evidence": ev,
+    return {"rank": rank, "cost": min(1.0, cost), "attribution": attribution, "confidence": conf, "evidence": ev,
             "confidence_basis": basis}
 
 

@@ -453,6 +453,25 @@ def high_comm_share(ctx: Context) -> Iterator[Finding]:
                   cost=num(ctx.summary.get("exposed_comm_share")), subject=Subject(ranks=high), involved=set(high))
 
 
+def _avoidable_latency(ctx: Context, group: str, per_step: float, mean_bytes: float) -> Optional[tuple[float, int]]:
+    """(share of the step, ideal calls) the extra calls of a data-parallel group cost: DDP's default buckets make
+    1 + ⌈(bytes a step − 1 MB) / 25 MB⌉ calls of the same bytes; with more than twice as many, the latency-bound
+    calls' part of the group's exposed communication beyond those — exposed share × (1 − ideal / calls) — is
+    what larger buckets give back. None for groups the roles section does not call data-parallel (dp / fsdp), or
+    at most twice the ideal count."""
+    import math
+    ideal = 1 + math.ceil(max(0.0, per_step * mean_bytes - 1e6) / 25e6)
+    if per_step <= 2 * ideal:  # more than twice (3 buckets and a metrics all-reduce a step are not judged)
+        return None
+    role = next((x for x in ctx.cross.get("roles") or [] if group in [str(g) for g in x.get("groups") or []]), None)
+    if role is None or str(role.get("role")) not in ("dp", "fsdp"):  # gradient reductions only: a TP group's
+        return None  # all-reduces carry activations, one per layer by design, and no bucket setting changes them
+    exposed = num(role.get("exposed_comm_share"))
+    if exposed is None:
+        return None
+    return exposed * (1 - ideal / per_step), ideal
+
+
 @rule("COMM003", "Many small, latency-bound collectives (gradient buckets too small)", "warning",
       thresholds=(Threshold("small_coll_per_step", 20, "calls/step",
                             "report a data-parallel group/op issuing at least this many collectives per step …",
@@ -462,7 +481,14 @@ def high_comm_share(ctx: Context) -> Iterator[Finding]:
                   Threshold("small_coll_max_bytes", 1e6, "bytes",
                             "… whose mean size is below this (NCCL is latency-bound below ~1-4 MB per call)",
                             source="α-β model with NCCL's ring latency (8.4 µs + 5.7-6.6 µs per hop, "
-                                   "src/graph/tuning.cc): below ~1 MB latency is over half the time on any link")),
+                                   "src/graph/tuning.cc): below ~1 MB latency is over half the time on any link"),
+                  Threshold("small_coll_cost_min", 0.05, "fraction",
+                            "… or fewer calls, more than twice as many as DDP's default buckets would make of the same "
+                            "bytes, when the part of the group's exposed communication the extra calls account for "
+                            "is at least this share of the step",
+                            source="real CPU runs (fixtures/real-cpu-perf-4): bucket_cap_mb=0.02 gives 8 all-reduces "
+                                   "a step where 25 MB buckets give 2, and 23.6 % of the step is lost against 25 MB "
+                                   "buckets (measured in the job); 0.5 MB buckets (3 a step) are not judged")),
       explains=("COMM001", "COMM002"),
       confirm="Count the all-reduce (reduce-scatter) kernels per ProfilerStep in a trace and their sizes "
               "(In msg nelems × dtype); compare their busbw with nccl-tests at 25 MB.",
@@ -475,6 +501,11 @@ def small_collectives(ctx: Context) -> Iterator[Finding]:
     A collective costs roughly α + bytes/β; below ~1-4 MB the latency α (tens of µs, more across nodes)
     dominates and busbw collapses. Tensor-parallel, pipeline and expert groups are not judged (their message
     sizes follow the model). Cost: the transfer time of these collectives per rank as a fraction of step time.
+    Fewer calls are judged by what they cost: a data-parallel role issuing more than twice the calls DDP's
+    default buckets would make of the same bytes (1 MB first, then 25 MB) is reported when the extra calls' part
+    of its exposed communication (exposed share × (1 − ideal / calls)) is ≥ ``small_coll_cost_min`` of the step;
+    that part is then the cost (real CPU runs, bucket_cap_mb=0.02: 20.5 % estimated, 23.6 % measured in the job
+    against 25 MB buckets).
     """
     steps = ctx.n_steps()
     if not steps:
@@ -488,16 +519,25 @@ def small_collectives(ctx: Context) -> Iterator[Finding]:
         if not count or nbytes is None:
             continue
         per_step, mean_bytes = count / steps, nbytes / count
-        if per_step < ctx.t("small_coll_per_step") or mean_bytes >= ctx.t("small_coll_max_bytes"):
+        if mean_bytes >= ctx.t("small_coll_max_bytes"):
+            continue
+        avoidable = _avoidable_latency(ctx, str(r.get("process_group")), per_step, mean_bytes)
+        many = per_step >= ctx.t("small_coll_per_step")
+        if not many and (avoidable is None or avoidable[0] < ctx.t("small_coll_cost_min")):
             continue
         transfer = count * (num(r.get("mean_transfer_us")) or 0.0)
         ranks = [int(x) for x in g.get("ranks") or []]
         yield Finding(title=f"{per_step:.0f} {r.get('op')} calls per step on process group {r.get('process_group')}"
                             f" with a mean of {mb(mean_bytes)}",
-                      confidence=0.8, cost=min(1.0, transfer / tt) if tt else None,
+                      confidence=0.8, cost=(min(1.0, transfer / tt) if tt else None) if many else avoidable[0],
                       evidence=[Evidence(f"{int(count)} calls over {steps} step(s), mean {mb(mean_bytes)}, mean "
                                          f"transfer {num(r.get('mean_transfer_us')) or 0:.0f} µs, busbw "
-                                         f"{num(r.get('mean_busbw_gbps')) or 0:.2f} GB/s")],
+                                         f"{num(r.get('mean_busbw_gbps')) or 0:.2f} GB/s")]
+                      + ([Evidence(f"DDP's default buckets (1 MB first, then 25 MB) would make {avoidable[1]} "
+                                   f"call{'s' if avoidable[1] != 1 else ''} a step of these {mb(per_step * mean_bytes)}"
+                                   f"; the {per_step:.0f} calls' share of the group's exposed communication beyond "
+                                   f"those is {pct(avoidable[0])} of the step (each call pays the latency)")]
+                         if avoidable is not None else []),
                       subject=Subject(ranks=ranks, process_group=str(r.get("process_group")),
                                       collective={"op": r.get("op"), "seq": None}),
                       involved=set(ranks))

@@ -32,9 +32,6 @@ RUNS = sorted(p.parent.name for p in BED.glob("*/truth.json"))
 #: test, the placement rule, the pipeline stage straggler and PIPE001's own-time check landed
 #: (docs/performance-diagnoses.md).
 XFAIL_FIRST: dict[str, str] = {
-    "ddp4-data-10": "no warning: rank 2's 11 % data-loader time exceeds its peers' in 5 of 5 steps, but rank 0 (a "
-                    "healthy rank the scheduler slows: the same operators, longer) is late too; they split the "
-                    "hold-ups 0.51 / 0.49 and rank 2 delays the others materially in only 2 of 5 steps",
     "fsdp3-clean": "clean run warned first: COMM001 (the bed has no exposed-comm truth for FSDP)",
 }
 #: clean run -> today's straggler finding (none left: ddp4-clean's rank 2, a scheduler victim that runs the same

@@ -52,13 +52,15 @@ def test_the_first_warning_names_the_straggler_and_its_kind(run):
 
 def test_a_host_straggler_whose_hold_ups_noise_splits_is_named_by_its_consistent_excess():
     """ddp4-host-15: rank 2 holds 0.64 of the hold-ups (below 0.75; rank 1 takes steps 4-5), but its host time
-    exceeds its peers' in 5 of 5 steps by 13.7 % (±3.4 %) against the others' ±0.2 % noise."""
+    exceeds its peers' in 5 of 5 steps by 11.5 % against the others' noise (its host/idle time: the gap before its
+    first compute or the step's idle time, issue #29; the gap alone read 13.7 %): the job measured 26.3 ms of host
+    work, 12.6 % of the run's median step."""
     rep = _report("ddp4-host-15")
     row = next(r for r in rep["cross_rank"]["stragglers"]["per_rank"] if r["rank"] == 2)
     assert 0.4 <= row["holdup_share"] < 0.75
     assert row["consistent_excess"] and row["excess_kind"] == "host"
     assert (row["excess_steps_above"], row["excess_steps"]) == (5, 5)
-    assert row["excess_share"] == pytest.approx(0.137, abs=0.02) and row["excess_spread"] < 0.06
+    assert row["excess_share"] == pytest.approx(0.126, abs=0.02) and row["excess_spread"] < 0.06
     f = rep["findings"][0]
     text = " ".join(e["text"] for e in f["evidence"])
     assert "exceeds its peers' median in 5 of 5 steps by" in text and "standard errors" in text

@@ -47,6 +47,27 @@ def first_activity_gap(job: Any) -> pd.DataFrame:
     return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame({"rank": [], "step": [], "gap_ns": []})
 
 
+def host_idle_time(job: Any) -> pd.DataFrame:
+    """Per rank and step: its host/idle time, the part of the step decomposition (compute, host/idle, wait,
+    transfer) that is neither its traced work nor a collective — ``host_ns``, the larger of the host gap before
+    its first compute (:func:`first_activity_gap`: data loading ops and Python before the step's work) and the
+    step's idle time (no op at all: a sleep, a checkpoint's file writes, Python between ops, wherever in the step).
+
+    Why both: a data loader's ops fill the leading gap but are not idle; a sleep or a torch.save after the
+    optimizer is idle but not before the first compute. A shared host's contention makes ops run longer; it
+    does not make one rank idle for tens of ms while its peers are not (the real CPU runs: a rank sleeping 40 ms
+    a step idles 21-25 % of it, its peers 0.5-2.6 %), so this excess is the rank's own whatever the noise."""
+    gaps = first_activity_gap(job)
+    sm = job.step_metrics
+    pipeline = any(getattr(t, "blocks", None) is not None for t in (getattr(job, "traces", None) or {}).values())
+    if pipeline or sm is None or not len(sm) or "idle_ns" not in sm:  # a stage's idle time is its bubble
+        return gaps.rename(columns={"gap_ns": "host_ns"})
+    idle = sm[["rank", "step", "idle_ns"]]
+    both = idle.merge(gaps, on=["rank", "step"], how="outer")
+    both["host_ns"] = np.fmax(both["gap_ns"].to_numpy(float), both["idle_ns"].to_numpy(float))
+    return both[["rank", "step", "host_ns"]].dropna()
+
+
 def _per_step_excess(df: pd.DataFrame, col: str, step_ref: pd.Series) -> pd.DataFrame:
     """steps × ranks: each rank's value minus the median of the other ranks' in that step, over the step's
     median step time (``step_ref``: step → ns). Steps some rank lacks are left out (compare only what all have)."""
@@ -82,7 +103,7 @@ def excess_consistency(job: Any) -> pd.DataFrame:
     if sm is None or not len(sm) or "step_time_ns" not in sm:
         return pd.DataFrame({c: [] for c in CONSISTENCY_COLUMNS})
     ref = sm[sm["step"] >= 0].groupby("step")["step_time_ns"].median()
-    out = consistency_table((("compute", sm, "compute_ns"), ("host", first_activity_gap(job), "gap_ns")), ref)
+    out = consistency_table((("compute", sm, "compute_ns"), ("host", host_idle_time(job), "host_ns")), ref)
     return _same_work_is_contention(job, out)
 
 
@@ -200,7 +221,12 @@ def _same_work_is_contention(job: Any, cons: pd.DataFrame) -> pd.DataFrame:
 
 
 CONSISTENCY_COLUMNS = ["rank", "excess_kind", "excess_steps", "excess_steps_above", "excess_share",
-                       "excess_spread", "excess_noise", "excess_z", "consistent"]
+                       "excess_spread", "excess_noise", "excess_z", "consistent", "periodic_steps"]
+
+#: Periodic host work (a checkpoint every k-th step): a host/idle excess of at least this share of the step …
+PERIODIC_MIN = 0.10
+#: … standing this many of the peers' noise scales above it, in ≥ 2 steps but not in the steps between.
+PERIODIC_Z = 5.0
 
 
 def consistency_table(sources: tuple, ref: pd.Series) -> pd.DataFrame:
@@ -227,12 +253,30 @@ def consistency_table(sources: tuple, ref: pd.Series) -> pd.DataFrame:
         above = (a > 0).sum(axis=0)
         ok = (n >= MIN_STEPS) & (above >= np.ceil(SIGN_FRAC * n)) & (eff >= EXCESS_MIN) & \
             (eff >= SPREAD_K * spread) & (z >= Z_MIN)
+        # host work on some steps only: the steps whose excess is material and far above the peers' noise
+        big = (a >= PERIODIC_MIN) & (a >= PERIODIC_Z * noise[None, :])
+        steps = ex.index.to_numpy(np.int64)
+        periodic = [tuple(int(x) for x in steps[big[:, j]])
+                    if kind == "host" and not ok[j] and n >= MIN_STEPS and 2 <= big[:, j].sum() < n else ()
+                    for j in range(k)]
+        # its part of the rank's step decomposition: the periodic excess averaged over all steps
+        per_mean = np.where(big, a, 0.0).sum(axis=0) / n
         rows.append(pd.DataFrame({"rank": ex.columns.to_numpy(np.int64), "excess_kind": kind, "excess_steps": n,
                                   "excess_steps_above": above.astype(np.int64), "excess_share": eff,
                                   "excess_spread": spread, "excess_noise": noise, "excess_z": z,
-                                  "consistent": ok}))
+                                  "consistent": ok, "periodic_steps": periodic, "_per_mean": per_mean}))
     if not rows:
         return pd.DataFrame({c: [] for c in cols})
     both = pd.concat(rows, ignore_index=True)
-    both = both.sort_values(["rank", "consistent", "excess_z"], ascending=[True, False, False], kind="stable")
+    both["_periodic"] = both["periodic_steps"].map(len) > 0
+    # host work on some steps that outweighs a consistent compute excess (averaged over the steps) names the rank's
+    # excess: a checkpoint's state_dict/detach ops add compute operators, its file writes the larger time
+    comp = both[both["excess_kind"] == "compute"].set_index("rank")["excess_share"]
+    mine = both["_periodic"] & (both["_per_mean"] >= both["rank"].map(comp).fillna(-np.inf))
+    both.loc[mine, "_periodic"] = True
+    drop = both["rank"].isin(both.loc[mine, "rank"]) & (both["excess_kind"] == "compute")
+    both = both[~drop]
+    # of two consistent kinds, the larger part of the rank's step decomposition names it
+    both = both.sort_values(["rank", "consistent", "_periodic", "excess_share"],
+                            ascending=[True, False, False, False], kind="stable")
     return both.drop_duplicates("rank")[cols].reset_index(drop=True)

@@ -32,7 +32,7 @@ from analyzer.cross_rank.excess import (CONSISTENCY_COLUMNS, EXCESS_MIN, MIN_STE
                                         MORE_WORK_SHARE, NOISE_FLOOR, SIGN_FRAC, SPREAD_K, Z_MIN, _more_work,
                                         _per_step_excess, _same_work_is_contention, compute_ops_per_step,
                                         consistency_table, excess_consistency, first_activity_gap,
-                                        median_of_others)
+                                        host_idle_time, median_of_others)
 
 TIE_NS = 1_000
 #: Delay a straggler must cause, as a share of the median step (tuned on the real CPU runs, docs/cross-rank.md).
@@ -412,6 +412,9 @@ def analyse(job: Any, inst: pd.DataFrame, members: Any, offset_of: Optional[dict
     cons = excess_consistency(job)
     stats = stats.merge(cons, on="rank", how="left")
     stats["consistent"] = stats["consistent"].eq(True)  # ranks without per-step metrics: not consistent
+    stats["periodic_steps"] = [tuple(p) if isinstance(p, tuple) else () for p in stats["periodic_steps"]] \
+        if "periodic_steps" in stats else [()] * len(stats)
+    periodic = stats["periodic_steps"].map(len) > 0
     material = (stats["delay_share"] >= MATERIAL_SHARE) & (stats["n_decided"] >= 3)
     stats["by_share"] = material & (stats["holdup_share"] >= SHARE_MIN)
     # the wait it imposes must recur too: a material delay in at least half of the steps
@@ -423,9 +426,11 @@ def analyse(job: Any, inst: pd.DataFrame, members: Any, offset_of: Optional[dict
     else:
         stats["steps_delaying"] = 0
     n_ref = len(step_ref) if step_ref is not None else 0
-    recurs = stats["steps_delaying"] >= max(1, np.ceil(DELAY_STEPS_FRAC * n_ref))
+    need = max(1, np.ceil(DELAY_STEPS_FRAC * n_ref))
+    # host work on some steps only delays the others on about as many steps
+    recurs = stats["steps_delaying"] >= np.where(periodic, np.minimum(need, stats["periodic_steps"].map(len)), need)
     stats["more_work"] = _more_work(inst, stats)
-    stats["by_excess"] = material & (stats["consistent"] | stats["more_work"]) & \
+    stats["by_excess"] = material & (stats["consistent"] | stats["more_work"] | periodic) & \
         (stats["holdup_share"] >= SHARE_CONSISTENT) & recurs
     stats["qualifies"] = stats["by_share"] | stats["by_excess"]
     stats = stats.sort_values(["delay_ns_per_step", "wait_imposed_ns", "rank"], ascending=[False, False, True],
@@ -434,12 +439,15 @@ def analyse(job: Any, inst: pd.DataFrame, members: Any, offset_of: Optional[dict
     attribution, confidence = "unknown", 0.0
     evidence = "no rank alone holds the others up for a material share of the step"
     cand = stats[stats["qualifies"]]
+    own_host = _own_host_excess(stats, cand)
+    if own_host is not None:  # the hold-ups name a rank only as a "may be" (or none): the rank idling on its own
+        cand = pd.concat([stats[stats["rank"] == own_host], cand[cand["rank"] != own_host]])
     if len(cand):
         row = cand.iloc[0]
         straggler = int(row["rank"])
         delay = float(row["delay_ns_per_step"])
         comp = _excess(sm, "compute_ns", straggler)
-        gap = _excess(first_activity_gap(job), "gap_ns", straggler)
+        gap = _excess(host_idle_time(job), "host_ns", straggler)
         n_held = max(1, int((top["step"] >= 0).sum()) if len(top) else 1)
         parts = [f"the others waited for rank {straggler} alone {delay / 1e3:.1f} µs per step "
                  f"({row['delay_share']:.1%} of the median step; {row['holdup_share']:.0%} of all such waiting, "
@@ -449,6 +457,9 @@ def analyse(job: Any, inst: pd.DataFrame, members: Any, offset_of: Optional[dict
         cpu = bool(getattr(job, "traces", None)) and all(
             getattr(t, "device_type", "gpu") == "cpu" for t in job.traces.values())
         kind = str(row["excess_kind"]) if bool(row["consistent"]) else None  # a consistent excess says which
+        steps_p = tuple(row["periodic_steps"])
+        if steps_p and kind is None:
+            kind = "host"
         work = bool(row["more_work"]) and kind != "host"
         if kind == "compute" or work or (kind is None and comp >= gap and comp >= EXPLAINS * delay and comp > 0):
             attribution = "compute"
@@ -461,8 +472,14 @@ def analyse(job: Any, inst: pd.DataFrame, members: Any, offset_of: Optional[dict
                              "durations)")
         elif kind == "host" or (kind is None and gap > comp and gap >= EXPLAINS * delay):
             attribution = "host"
-            parts.append(f"its first compute of a step starts {gap / 1e3:.1f} µs later than the other ranks' "
-                         "(host-side work outside the traced compute: data loading, logging, Python)" if cpu else
+            if steps_p:
+                parts.append(f"host-side work on steps {', '.join(str(x) for x in steps_p)} only: its host/idle "
+                             "time (no op running, or before its first compute) exceeds its peers' by ≥ "
+                             f"{PERIODIC_MIN_TXT} of those steps and not in the others — periodic work such as a "
+                             "checkpoint (torch.save), evaluation or logging every few steps")
+            parts.append(f"its host/idle time (before its first compute, or with no op running) exceeds the other "
+                         f"ranks' by {gap / 1e3:.1f} µs per step (median; host-side work outside the traced compute: "
+                         "data loading, logging, Python, sleeping, file I/O)" if cpu else
                          f"its first kernel of a step starts {gap / 1e3:.1f} µs later than the other ranks' "
                          "(data loading / host-side work before the step's GPU work)")
         else:
@@ -481,7 +498,7 @@ def analyse(job: Any, inst: pd.DataFrame, members: Any, offset_of: Optional[dict
                          f"{close['delay_ns_per_step'].max() / 1e3:.1f} µs per step")
         margin = 0.5 * min(1.0, float(row["delay_share"]) / (2 * MATERIAL_SHARE)) + \
             0.5 * min(1.0, max(0.0, float(row["holdup_share"]) - SHARE_MIN) / (1 - SHARE_MIN))
-        runner = float(close["delay_ns_per_step"].max()) / delay if len(close) else 0.0
+        runner = min(1.0, float(close["delay_ns_per_step"].max()) / delay) if len(close) and delay > 0 else 0.0
         confidence = round(margin * min(1.0, int(row["steps_held"]) / n_held) * max(0.5, 1.0 - runner), 3)
         testable = pd.notna(row.get("excess_kind")) and int(row.get("excess_steps") or 0) >= MIN_STEPS
         if bool(row["more_work"]) and not bool(row["consistent"]):
@@ -497,8 +514,11 @@ def analyse(job: Any, inst: pd.DataFrame, members: Any, offset_of: Optional[dict
                          "other ranks' noise: its lateness may be the machine's (CPU contention, the scheduler)")
         if bool(row["consistent"]):
             confidence = max(confidence, excess_confidence(
-                float(row["delay_share"]), float(row["excess_z"]), int(row["excess_steps_above"]),
-                int(row["excess_steps"])))
+                max(float(row["delay_share"]), float(row["excess_share"]) if straggler == own_host else 0.0),
+                float(row["excess_z"]), int(row["excess_steps_above"]), int(row["excess_steps"])))
+        elif steps_p:  # periodic host work: as sure as the delay, over the steps it happens on
+            confidence = max(confidence, round(0.5 * min(1.0, float(row["delay_share"]) / (2 * MATERIAL_SHARE))
+                                               + 0.5 * min(1.0, float(row["holdup_share"])), 3))
         evidence = "; ".join(parts)
 
     per_step = []
@@ -519,6 +539,7 @@ def analyse(job: Any, inst: pd.DataFrame, members: Any, offset_of: Optional[dict
                       "holdup_share": float(r.holdup_share), "steps_held": int(r.steps_held),
                       "n_instances": int(r.n_instances), "n_decided": int(r.n_decided),
                       "steps_delaying": int(r.steps_delaying), "more_work": bool(r.more_work),
+                      "own_host_excess": own_host is not None and int(r.rank) == own_host,
                       **_excess_fields(r)} for r in stats.itertuples()],
         "straggler": straggler, "confidence": confidence, "attribution": attribution, "evidence": evidence,
         "per_step": per_step,
@@ -527,6 +548,28 @@ def analyse(job: Any, inst: pd.DataFrame, members: Any, offset_of: Optional[dict
                        "holdup_share_min": SHARE_MIN, "holdup_share_consistent": SHARE_CONSISTENT,
                        "excess_min": EXCESS_MIN, "sign_frac": SIGN_FRAC, "excess_z_min": Z_MIN},
     }
+
+
+PERIODIC_MIN_TXT = "10 %"
+
+
+def _own_host_excess(stats: pd.DataFrame, cand: pd.DataFrame) -> Optional[int]:
+    """The rank to name ahead of the hold-ups: one whose host/idle time exceeds its peers' consistently (the
+    excess test, by ≥ EXCESS_MIN of the step) when the hold-ups name nobody, or only a rank with no consistent
+    excess, more work or periodic host work of its own (a "may be": the shared host's scheduler). A guard for a
+    shared host's noise must not outweigh a one-rank idle excess: contention makes ops run longer, it does not
+    leave one rank with no op running for a tenth of every step while its peers have none. None otherwise."""
+    if "excess_kind" not in stats or not len(stats):
+        return None
+    host = stats[(stats["excess_kind"] == "host") & stats["consistent"]]
+    if not len(host):
+        return None
+    if len(cand):
+        top = cand.iloc[0]
+        explained = bool(top["consistent"]) or bool(top["more_work"]) or len(top["periodic_steps"]) > 0
+        if explained or int(top["rank"]) in set(host["rank"]):
+            return None
+    return int(host.sort_values("excess_share", ascending=False).iloc[0]["rank"])
 
 
 def excess_confidence(delay_share: float, z: float, above: int, n: int) -> float:
@@ -541,7 +584,7 @@ def excess_confidence(delay_share: float, z: float, above: int, n: int) -> float
 def _excess_text(row: Any) -> str:
     """'its compute exceeds its peers' median in 3 of 3 steps by 16.1 % of the step (median; spread ±6.5 %;
     the other ranks' noise ±7.6 %, so 3.7 standard errors)'."""
-    what = "compute" if row["excess_kind"] == "compute" else "host time before its first compute"
+    what = "compute" if row["excess_kind"] == "compute" else "host/idle time"
     return (f"its {what} exceeds its peers' median in {int(row['excess_steps_above'])} of "
             f"{int(row['excess_steps'])} steps by {float(row['excess_share']):.1%} of the step (median; spread "
             f"±{float(row['excess_spread']):.1%}; the other ranks' noise ±{float(row['excess_noise']):.1%}, so "
@@ -559,11 +602,12 @@ def _excess_fields(r: Any) -> dict:
     if pd.isna(getattr(r, "excess_kind", None)):
         return {"excess_kind": None, "excess_steps": None, "excess_steps_above": None, "excess_share": None,
                 "excess_spread": None, "excess_noise": None, "excess_z": None, "consistent_excess": False,
-                "excess_confidence": None, "more_compute_ops": more}
+                "excess_confidence": None, "more_compute_ops": more, "periodic_steps": []}
     return {"excess_kind": str(r.excess_kind), "excess_steps": int(r.excess_steps),
             "excess_steps_above": int(r.excess_steps_above), "excess_share": float(r.excess_share),
             "excess_spread": float(r.excess_spread), "excess_noise": float(r.excess_noise),
             "excess_z": float(r.excess_z), "consistent_excess": bool(r.consistent),
+            "periodic_steps": [int(x) for x in (getattr(r, "periodic_steps", None) or ())],
             # what LOAD001 is sure of when this excess names the rank (the rules read it, never the formula)
             "excess_confidence": excess_confidence(float(r.delay_share), float(r.excess_z),
                                                    int(r.excess_steps_above), int(r.excess_steps)),

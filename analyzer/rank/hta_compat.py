@@ -18,27 +18,35 @@ _HTA_MEMORY = re.compile(r"^(hip)?Memcpy|^(hip)?Memset|^dma")
 _HTA_NOT_COMPUTE = re.compile(r"^nccl|Memcpy|Memset|dma|^.*Sync|^Stream Wait Event|cuda.*LaunchKernel|^hip")
 
 
-def hta_overlap_pct(trace: KinetoTrace) -> float:
-    """HTA's `get_comm_comp_overlap` percentage for one rank (NaN without comm kernels)."""
+def hta_overlap_parts(trace: KinetoTrace) -> tuple[int, int]:
+    """(overlap ns, comm ns) of HTA's `get_comm_comp_overlap` for one rank: the time its communication kernels
+    (HTA's name regexes) run under compute kernels, and their whole time, on HTA's window. (0, 0) without comm
+    kernels — a CPU-only (gloo) trace has none: HTA reads GPU kernels only."""
     a = trace.activity
+    if not len(a):
+        return 0, 0
     keep = np.ones(len(a), dtype=bool)
     if len(trace.steps) > 1:
         last_start = trace.steps["start"].max()
         launch = a["launch_start"].to_numpy()
         keep = (launch >= 0) & (launch < last_start)
-    names = np.array(trace.names, dtype=object)[a["name_id"].to_numpy()]
-    is_comm = np.array([bool(_HTA_COMM.search(n)) for n in names], dtype=bool)
-    is_mem = np.array([bool(_HTA_MEMORY.search(n)) for n in names], dtype=bool)
-    is_compute = np.array([not _HTA_NOT_COMPUTE.search(n) for n in names], dtype=bool)
-    is_compute &= ~is_comm & ~is_mem
+    names = [str(n) for n in trace.names]  # classified once per distinct name, then indexed per event
+    by_name = np.array([(bool(_HTA_COMM.search(n)), bool(_HTA_MEMORY.search(n)), not _HTA_NOT_COMPUTE.search(n))
+                        for n in names], dtype=bool).reshape(-1, 3)
+    cls = by_name[a["name_id"].to_numpy()]
+    is_comm, is_mem = cls[:, 0], cls[:, 1]
+    is_compute = cls[:, 2] & ~is_comm & ~is_mem
     start = -((-a["start"].to_numpy()) // 1000) * 1000   # ceil to µs
     end = (a["end"].to_numpy() // 1000) * 1000            # floor to µs
     comm = iv.union(start[keep & is_comm], end[keep & is_comm])
     comp = iv.union(start[keep & is_compute], end[keep & is_compute])
-    comm_len = iv.total(comm)
-    if comm_len == 0:
-        return float("nan")
-    return 100.0 * iv.total(iv.intersect(comm, comp)) / comm_len
+    return int(iv.total(iv.intersect(comm, comp))), int(iv.total(comm))
+
+
+def hta_overlap_pct(trace: KinetoTrace) -> float:
+    """HTA's `get_comm_comp_overlap` percentage for one rank (NaN without comm kernels)."""
+    overlap, comm = hta_overlap_parts(trace)
+    return 100.0 * overlap / comm if comm else float("nan")
 
 
 def hta_window(trace: KinetoTrace) -> KinetoTrace:

@@ -286,8 +286,19 @@ def summarise(trace: Any) -> tuple[RankSummary, RankLanes]:
         activity_end=int(a["end"].max()) if len(a) else None,
         step_metrics=rank_step_metrics(trace), first_gaps=first_activity_gaps(trace), blocks=blocks,
         profile=rank_profile(trace),
-        kernels=kernel_breakdown(trace), idle=idle_breakdown(trace), memory=memory_steps(trace))
+        kernels=kernel_breakdown(trace), idle=idle_breakdown(trace), memory=memory_steps(trace), extra=_hta_extra(trace))
     ooms = memory_ooms(trace)
     if ooms:
         summary.extra["memory_ooms"] = ooms
     return summary, lanes_of(sets)
+
+
+def _hta_extra(trace: Any) -> dict:
+    """HTA's overlap of communication kernels (analyzer/rank/hta_compat.py) as its two sums, so that ranks and the
+    job add up time-weighted: ``hta_overlap_ns`` and ``hta_comm_ns`` (0 on traces without comm kernels)."""
+    from analyzer.rank.hta_compat import hta_overlap_parts
+    try:
+        overlap, comm = hta_overlap_parts(trace)
+    except (KeyError, AttributeError):  # a stand-in trace without launch or name columns
+        return {}
+    return {"hta_overlap_ns": overlap, "hta_comm_ns": comm}

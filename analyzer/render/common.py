@@ -58,6 +58,21 @@ def unsplit_note(summary: dict) -> str:
     return f" (+ {pct(u)} unsplit: wait or transfer, in collectives missing a traced rank)"
 
 
+def overlap_text(summary: dict) -> str:
+    """The two overlap figures, each named for what it is: 'overlap coverage 7.2% of the transfer, HTA overlap
+    3.4% (comm kernels)' — the transfer's (docs/metrics.md) and HTA's overlap of communication kernels, the figure
+    HTA, TraceLens and Nsight report (only where the ranks have communication kernels)."""
+    out = f"overlap coverage {pct(summary.get('overlap_coverage'))} of the transfer"
+    if summary.get("hta_overlap_coverage") is not None:
+        out += f", HTA overlap {pct(summary.get('hta_overlap_coverage'))} (comm kernels)"
+    return out
+
+
+def has_hta(rows: list) -> bool:
+    """Does any per-rank row carry HTA's overlap of communication kernels (GPU traces with comm kernels)?"""
+    return any(r.get("hta_overlap_coverage") is not None for r in rows)
+
+
 def has_unsplit(rows: list) -> bool:
     """Whether any per-rank row has collective time with no known wait/transfer split (an 'unsplit' column)."""
     return any(isinstance(r.get("unsplit_us"), (int, float)) and r["unsplit_us"] > 0 for r in rows)

@@ -6,7 +6,7 @@ from typing import Any, Iterable, Iterator, Optional, TextIO
 
 from analyzer.render import sanitize
 
-from analyzer.render.common import (breakdown_table, confidence_text, has_unsplit, unsplit_note, group_role, consequence_lines, cost_text, evidence_texts, explained_by, mb, ms,
+from analyzer.render.common import (breakdown_table, confidence_text, has_hta, has_unsplit, overlap_text, unsplit_note, group_role, consequence_lines, cost_text, evidence_texts, explained_by, mb, ms,
                                     pipeline_shape, nothing_analysed, num, pct, printable, ranges, skipped_summary, subject_text)
 
 CSS = """
@@ -129,7 +129,10 @@ def _header(report: dict) -> str:
     if s.get("mean_step_time_us") is not None:
         facts += [f"mean step {ms(s['mean_step_time_us'])} ms", f"worst-step spread {pct(s.get('max_step_time_spread'))}",
                   f"comm share {pct(s.get('comm_share'))}", f"exposed comm {pct(s.get('exposed_comm_share'))}{unsplit_note(s)}",
-                  f"overlap {pct(s.get('overlap_coverage'))}", f"idle {pct(s.get('idle_share'))}"]
+                  f"overlap {pct(s.get('overlap_coverage'))} of the transfer"]
+        if s.get("hta_overlap_coverage") is not None:
+            facts.append(f"HTA overlap {pct(s.get('hta_overlap_coverage'))} (comm kernels)")
+        facts.append(f"idle {pct(s.get('idle_share'))}")
     strag = (cr.get("stragglers") or {}).get("straggler")
     if strag is not None:
         by = explained_by(report, "LOAD001", int(strag))
@@ -335,17 +338,19 @@ def _table_section_pieces(report: dict) -> Iterator[str]:
     per = {r["rank"]: r for r in strag.get("per_rank") or []}
     if rows:  # a row per rank, each made as it is written
         from analyzer.render.text import per_step_mean
-        unsplit = has_unsplit(rows)  # once: the column is the table's, not each row's
+        unsplit, hta = has_unsplit(rows), has_hta(rows)  # once: the column is the table's, not each row's
         body = ([str(r["rank"]), ms(r.get("mean_step_time_us")), pct(r.get("comm_share")),
                  ms(per_step_mean(r, "wait_us")), ms(per_step_mean(r, "transfer_us")),
-                 pct(r.get("exposed_comm_share")), pct(r.get("overlap_coverage")), pct(r.get("idle_share")),
-                 pct(per.get(r["rank"], {}).get("pct_last"))]
+                 pct(r.get("exposed_comm_share")), pct(r.get("overlap_coverage"))]
+                + ([pct(r.get("hta_overlap_coverage"))] if hta else [])
+                + [pct(r.get("idle_share")), pct(per.get(r["rank"], {}).get("pct_last"))]
                 + ([ms(per_step_mean(r, "unsplit_us"))] if unsplit else []) for r in rows)
         hl = {i for i, r in enumerate(rows) if r["rank"] == strag.get("straggler")}
         yield "<h2>Per rank</h2>"
         yield from _fold_pieces("per-rank table", _table_pieces(
             ["rank", "mean step ms", "comm share %", "wait ms/step", "transfer ms/step", "exposed comm %",
-             "overlap %", "idle %", "last to arrive %"] + (["unsplit ms/step"] if unsplit else []),
+             "transfer overlap %"] + (["HTA overlap %"] if hta else [])
+            + ["idle %", "last to arrive %"] + (["unsplit ms/step"] if unsplit else []),
             body, hl),
             len(rows))
     headers, brows, note = breakdown_table(report)

@@ -6,7 +6,7 @@ from typing import Any
 
 from analyzer.render import sanitize
 
-from analyzer.render.common import (breakdown_table, confidence_text, has_unsplit, unsplit_note, group_role, consequence_lines, cost_text, evidence_texts, mb, ms, num, pct, printable,
+from analyzer.render.common import (breakdown_table, confidence_text, has_hta, has_unsplit, overlap_text, unsplit_note, group_role, consequence_lines, cost_text, evidence_texts, mb, ms, num, pct, printable,
                                     ranges, skipped_summary, subject_text)
 
 DETAILS_OVER = 12  # tables longer than this fold into <details>
@@ -68,7 +68,9 @@ def _head(report: dict) -> list[str]:
         facts.append(f"**mean step** {ms(s['mean_step_time_us'])} ms")
         facts.append(f"**comm share** {pct(s.get('comm_share'))}")
         facts.append(f"**exposed comm** {pct(s.get('exposed_comm_share'))}{unsplit_note(s)}")
-        facts.append(f"**overlap** {pct(s.get('overlap_coverage'))}")
+        facts.append(f"**overlap** {pct(s.get('overlap_coverage'))} of the transfer")
+        if s.get("hta_overlap_coverage") is not None:
+            facts.append(f"**HTA overlap** {pct(s.get('hta_overlap_coverage'))} (comm kernels)")
         facts.append(f"**idle** {pct(s.get('idle_share'))}")
         facts.append(f"**worst-step spread** {pct(s.get('max_step_time_spread'))}")
     out.append(" · ".join(facts))
@@ -155,15 +157,17 @@ def _ranks(report: dict) -> list[str]:
     if not rows:
         return []
     from analyzer.render.text import per_step_mean
-    unsplit = has_unsplit(rows)  # once: the column is the table's, not each row's
+    unsplit, hta = has_unsplit(rows), has_hta(rows)  # once: the column is the table's, not each row's
     body = [[str(r["rank"]) + (" ⚠ straggler" if r["rank"] == strag.get("straggler") else ""),
              ms(r.get("mean_step_time_us")), pct(r.get("comm_share")), ms(per_step_mean(r, "wait_us")),
              ms(per_step_mean(r, "transfer_us")), pct(r.get("exposed_comm_share")),
-             pct(r.get("overlap_coverage")), pct(r.get("idle_share")), pct(per.get(r["rank"], {}).get("pct_last"))]
+             pct(r.get("overlap_coverage"))] + ([pct(r.get("hta_overlap_coverage"))] if hta else [])
+            + [pct(r.get("idle_share")), pct(per.get(r["rank"], {}).get("pct_last"))]
             + ([ms(per_step_mean(r, "unsplit_us"))] if unsplit else []) for r in rows]
     return ["", "### Per-rank summary", ""] + md_table(
-        ["rank", "mean step ms", "comm share %", "wait ms/step", "transfer ms/step", "exposed comm %", "overlap %",
-         "idle %", "last to arrive %"] + (["unsplit ms/step"] if unsplit else []), body, "per rank")
+        ["rank", "mean step ms", "comm share %", "wait ms/step", "transfer ms/step", "exposed comm %",
+         "transfer overlap %"] + (["HTA overlap %"] if hta else [])
+        + ["idle %", "last to arrive %"] + (["unsplit ms/step"] if unsplit else []), body, "per rank")
 
 
 def _breakdown(report: dict) -> list[str]:

@@ -5,7 +5,7 @@ from typing import Any, Optional
 
 from analyzer.render import sanitize
 
-from analyzer.render.common import (breakdown_table, confidence_text, has_unsplit, unsplit_note, group_role, consequence_lines, cost_text, evidence_texts, job_shape, mb, ms,  # noqa: F401
+from analyzer.render.common import (breakdown_table, confidence_text, has_hta, has_unsplit, overlap_text, unsplit_note, group_role, consequence_lines, cost_text, evidence_texts, job_shape, mb, ms,  # noqa: F401
                                     pipeline_shape, nothing_analysed, num, pct, printable, ranges, skipped_summary, subject_text)
 
 
@@ -81,7 +81,7 @@ def _summary(report: dict, paint: _Painter) -> list[str]:
     if s.get("mean_step_time_us") is not None:
         out.append(f"step: mean {ms(s.get('mean_step_time_us'))} ms, worst-step spread across ranks "
                    f"{pct(s.get('max_step_time_spread'))}; "
-                   f"comm share {pct(s.get('comm_share'))}, overlap coverage {pct(s.get('overlap_coverage'))}, "
+                   f"comm share {pct(s.get('comm_share'))}, {overlap_text(s)}, "
                    f"exposed comm {pct(s.get('exposed_comm_share'))}{unsplit_note(s)}, idle {pct(s.get('idle_share'))}")
     jobs = inputs.get("jobs") or []
     if len(jobs) > 1:
@@ -179,8 +179,10 @@ def _per_rank(report: dict) -> list[str]:
     if not rows:
         return []
     strag = {r["rank"]: r for r in ((report.get("cross_rank") or {}).get("stragglers") or {}).get("per_rank") or []}
-    headers = ["rank", "steps", "step ms", "comm%", "wait ms", "transfer ms", "exposed%", "overlap%", "idle%"]
-    unsplit = has_unsplit(rows)
+    headers = ["rank", "steps", "step ms", "comm%", "wait ms", "transfer ms", "exposed%", "xfer ovl%", "idle%"]
+    unsplit, hta = has_unsplit(rows), has_hta(rows)
+    if hta:
+        headers.insert(8, "HTA ovl%")
     if unsplit:
         headers.insert(6, "unsplit ms")
     if strag:
@@ -190,6 +192,8 @@ def _per_rank(report: dict) -> list[str]:
         cells = [str(r.get("rank")), num(r.get("steps")), ms(r.get("mean_step_time_us")), pct(r.get("comm_share")),
                  ms(per_step_mean(r, "wait_us")), ms(per_step_mean(r, "transfer_us")),
                  pct(r.get("exposed_comm_share")), pct(r.get("overlap_coverage")), pct(r.get("idle_share"))]
+        if hta:
+            cells.insert(8, pct(r.get("hta_overlap_coverage")))
         if unsplit:
             cells.insert(6, ms(per_step_mean(r, "unsplit_us")))
         if strag:

@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from analyzer.load.job import Job
-from analyzer.report.base import build_report, clean, metrics_section, nothing_analysed_reason
+from analyzer.report.base import build_report, clean, hta_overlap_sums, metrics_section, nothing_analysed_reason
 
 
 @dataclass
@@ -53,7 +53,7 @@ def run_analysis(job: Job, options: Optional[Options] = None) -> dict:
     report["breakdown"] = _section(report, "breakdown", lambda: breakdown_section(job, sm))
     from analyzer.report.memory import memory_section
     report["memory"] = _section(report, "memory", lambda: memory_section(job, report))
-    report["metrics"] = metrics_section(sm)  # in its place in the report's key order
+    report["metrics"] = metrics_section(sm, hta_overlap_sums(job))  # in its place in the report's key order
     findings = run_rules(job, report, options.rule_config)
     report["warnings"] += notes[n_notes:]  # what happened on the engine meanwhile (a lost Dask worker's results rebuilt)
     report["findings"] = clean([f if isinstance(f, dict) else f.to_dict() for f in findings])

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 
@@ -132,13 +132,36 @@ def _n_collectives(trace: Any) -> int:
     return n_collectives(trace)
 
 
-def metrics_section(sm: pd.DataFrame) -> dict:
-    """report.metrics: the per-step rows (one per rank and step) and the per-rank sums, from the step metrics."""
+def hta_overlap_sums(job: Any) -> dict[int, tuple[int, int]]:
+    """Per rank with communication kernels: (overlap ns, comm ns) of HTA's overlap of communication kernels
+    (analyzer/rank/hta_compat.py), as each rank's summary computed them where the rank was parsed."""
+    out = {}
+    for r, t in (getattr(job, "traces", None) or {}).items():
+        extra = getattr(t, "extra", None) or {}
+        if extra.get("hta_comm_ns"):
+            out[int(r)] = (int(extra["hta_overlap_ns"]), int(extra["hta_comm_ns"]))
+    return out
+
+
+def metrics_section(sm: pd.DataFrame, hta: Optional[dict] = None) -> dict:
+    """report.metrics: the per-step rows (one per rank and step) and the per-rank sums, from the step metrics;
+    ``hta`` (:func:`hta_overlap_sums`) adds each rank's ``hta_overlap_coverage`` (None where it has no comm
+    kernels)."""
     per_step = sm.drop(columns=["start", "end"]) if not sm.empty else sm
     unsplit = [c for c in ("unsplit_ns", "exposed_unsplit_ns") if c in per_step]
     if unsplit and not per_step[unsplit].to_numpy().any():  # no instance lacked a traced rank: two keys fewer in
         per_step = per_step.drop(columns=unsplit)          # each of the rank × step rows (docs/json-schema.md)
-    return {"per_step": frame_records(per_step), "per_rank": frame_records(rank_summary(sm))}
+    per_rank = rank_summary(sm)
+    if hta and not per_rank.empty:
+        per_rank = per_rank.assign(hta_overlap_coverage=[
+            hta[int(r)][0] / hta[int(r)][1] if int(r) in hta else None for r in per_rank["rank"]])
+    return {"per_step": frame_records(per_step), "per_rank": frame_records(per_rank)}
+
+
+def hta_job_coverage(hta: dict) -> Optional[float]:
+    """The job's HTA overlap of communication kernels: Σ overlap / Σ comm over the ranks that have them."""
+    comm = sum(c for _, c in hta.values())
+    return sum(o for o, _ in hta.values()) / comm if comm else None
 
 
 def build_report(job: Job, metrics: bool = True) -> dict:
@@ -149,6 +172,9 @@ def build_report(job: Job, metrics: bool = True) -> dict:
     sm = job.step_metrics
     files = [clean(vars(f)) for f in job.files]
     summary = clean(job_summary(sm))
+    hta = hta_overlap_sums(job)
+    if summary:
+        summary["hta_overlap_coverage"] = hta_job_coverage(hta)
     if "mean_step_time_ns" in summary:
         summary["mean_step_time_us"] = summary.pop("mean_step_time_ns") / 1000.0 if summary[
             "mean_step_time_ns"] is not None else None
@@ -184,7 +210,7 @@ def build_report(job: Job, metrics: bool = True) -> dict:
             "summary": summary,
         },
         "ranks": ranks,
-        "metrics": metrics_section(sm) if metrics else {"per_step": [], "per_rank": []},
+        "metrics": metrics_section(sm, hta) if metrics else {"per_step": [], "per_rank": []},
         "findings": [],
         "warnings": list(job.warnings),
     }
