@@ -85,13 +85,13 @@ class SpanIndex:
 
 
 _COLL_COLUMNS = ["act_index", "op", "in_nelems", "out_nelems", "dtype", "pg_name", "pg_desc", "pg_ranks",
-                 "group_size", "peer", "family"]
+                 "group_size", "peer", "family", "seq", "comms_id"]
 
 
 def collectives_frame(recs: list[tuple], activity: pd.DataFrame) -> pd.DataFrame:
     """The collectives table from coll_record rows, with each row's start, end and stream from its activity row."""
     coll = pd.DataFrame.from_records(recs, columns=_COLL_COLUMNS)
-    for c in ("act_index", "in_nelems", "out_nelems", "group_size", "peer"):
+    for c in ("act_index", "in_nelems", "out_nelems", "group_size", "peer", "seq"):
         coll[c] = coll[c].astype(np.int64)
     idx = coll["act_index"].to_numpy()
     coll.insert(1, "start", activity["start"].to_numpy()[idx])
@@ -104,7 +104,7 @@ def coll_record(row: int, op: str, a: Optional[EventArgs], peer: int, family: st
     """One collectives row from an activity row, its op, the event args (None when it had none) and the kernel
     family (parsers/comm_kernels.py; "" when only the args or the launching CPU op said it is communication)."""
     if a is None:
-        return (row, op, -1, -1, "", "", "", "", -1, peer, family)
+        return (row, op, -1, -1, "", "", "", "", -1, peer, family, -1, "")
     return (
         row, op,
         i64(a.in_nelems),
@@ -116,7 +116,16 @@ def coll_record(row: int, op: str, a: Optional[EventArgs], peer: int, family: st
         i64(a.group_size),
         peer,
         family,
+        _seq(a.seq),
+        str(a.comms_id)[:40] if a.comms_id is not None else "",
     )
+
+
+def _seq(v: Any) -> int:
+    """Kineto's ``Seq`` (an int, or its decimal string): the group's collective sequence number; -1 when absent."""
+    if isinstance(v, str) and v.isdigit() and len(v) < 19:
+        v = int(v)
+    return i64(v) if v.__class__ is int and v >= 0 else -1
 
 
 #: gloo spans whose first input is the tensor the collective moves (all_gather / scatter put outputs first)

@@ -248,6 +248,7 @@ def _meta(doc: TypedDoc, dist: dict, path: Path) -> dict:
         "host": doc.host_name if isinstance(doc.host_name, str) else None,
         "backend": dist.get("backend"),
         "pg_config": dist.get("pg_config") if isinstance(dist.get("pg_config"), list) else [],
+        "pg_count": dist.get("pg_count") if dist.get("pg_count").__class__ is int else None,
         "nccl_version": dist.get("nccl_version"),
         "gpu_name": gpu_names[0] if gpu_names else None,
         "display_time_unit": doc.displayTimeUnit,
