@@ -101,7 +101,7 @@ def _analyse(job: Job, gpus_per_node: Optional[int]) -> CrossRank:
     # without a group name to the rank's group of the dimension they belong to (analyzer/layout)
     mesh = mesh_of(job)
     long["peer"] = mesh.global_peers(long["rank"], long["op"], long["peer"])
-    mesh.fill_group_names(long)
+    mesh.fill_group_names(long, job)
     keys = co.assign_keys(long, declared)
     coll, p2p = co.split_rows(long)  # empties `long`: the rows are held once from here on
     obs, al = _align_collectives(coll, ranks, domain_of)
@@ -339,7 +339,8 @@ def _groups_section(job: Job, cr: CrossRank) -> list[dict]:
                                             cr.role_facts.get(str(name)))
         said = mesh.role_of(str(name), ranks)  # the layout's word (a name, or the dimension's structure) first
         if said is not None and said.role not in ("world", "unknown") and said.dim is not None:
-            role = judged = said.role
+            # a data-parallel dimension whose groups gather parameters shards them: FSDP (the traffic tells)
+            role = judged = "fsdp" if said.role == "dp" and judged == "fsdp" else said.role
             evidence = f"{said.dim} dimension of the mesh ({said.evidence}); {evidence}"
         out.append({"name": name, "desc": g.desc if g is not None else "", "ranks": ranks, "size": len(ranks),
                     "hosts": hs, "n_hosts": len(hs) if cr.hosts.known else None, "span": span, "role": role,

@@ -172,9 +172,10 @@ class Mesh:
         fit = peer_fit(rank, op, peer, mapping, self.world_size)
         return peer if fit is None else fit
 
-    def fill_group_names(self, long: dict) -> int:
+    def fill_group_names(self, long: dict, job: Any = None) -> int:
         """Book rows without a process-group name to the rank's group where the layout knows it: a send/recv
-        whose peer is in the rank's pp group to that group, any other collective to the rank's group of the one
+        whose peer is in the rank's pp group to that group; any other collective to the group its gloo thread
+        serves (threads.py: the members' same collectives end together), else to the rank's group of the one
         non-pipeline dimension. Returns the rows named. ``long``: the cross-rank stage's row columns."""
         pg = np.asarray(long["pg_name"])
         none = pg == ""
@@ -186,7 +187,6 @@ class Mesh:
         out = pg.astype(object).copy()
         pp = self.by_role("pp")
         p2p = np.isin(op, ("send", "recv"))
-        named = 0
         if pp is not None:
             name_of = {r: self.group_name_of(r, pp.name) for r in range(self.world_size)}
             mates = {r: set(self.group_of(r, pp.name)) for r in range(self.world_size)}
@@ -194,17 +194,29 @@ class Mesh:
                 r = int(rank[i])
                 if int(peer[i]) in mates.get(r, ()) and name_of.get(r):
                     out[i] = name_of[r]
-                    named += 1
+        rest = none & ~p2p
+        if rest.any() and job is not None:
+            from analyzer.layout.threads import thread_groups
+            of_rank: dict[int, list] = {}
+            for g in self.groups.values():
+                for r in g.ranks:
+                    of_rank.setdefault(r, []).append((g.name, g.ranks))
+            by_thread = thread_groups(job, of_rank)
+            if by_thread:
+                stream = np.asarray(long["stream"])
+                rows = np.flatnonzero(rest)
+                got = np.array([by_thread.get((int(rank[i]), int(stream[i])), "") for i in rows], dtype=object)
+                out[rows] = np.where(got != "", got, out[rows])
+                rest = rest & (out == "")
         others = [d for d in self.dims if d.role != "pp" and d.size > 1]
-        if len(others) == 1 and (not p2p[none].all()):
+        if rest.any() and len(others) == 1:
             d = others[0]
             name_of = {r: self.group_name_of(r, d.name) for r in range(self.world_size)}
-            rows = np.flatnonzero(none & ~p2p)
+            rows = np.flatnonzero(rest)
             names = np.array([name_of.get(int(r)) or "" for r in range(int(rank.max()) + 1)], dtype=object)
             out[rows] = names[rank[rows]]
-            named += int((names[rank[rows]] != "").sum())
         long["pg_name"] = out
-        return named
+        return int((none & (out != "")).sum())
 
 
 def _order(name: str) -> tuple:
