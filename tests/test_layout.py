@@ -81,31 +81,37 @@ def _dims(mesh) -> dict:
     return {d.name: (d.role, d.size, sorted(d.groups)) for d in mesh.dims}
 
 
-@pytest.mark.parametrize("run", ["dptp-fsdp-named", "ppdp-1f1b-named", "ppdp-1f1b-unnamed"])
+@pytest.mark.parametrize("run", ["dptp-fsdp-named", "ppdp-1f1b-named", "ppdp-1f1b-unnamed", "dptp-manual-unnamed",
+                                 "ppdp-alt-gpipe-named", "epdp-imbalance-r1"])
 def test_mesh_exact_on_real_composed_runs(run):
     truth = _truth(run)
     with analyzer.load(DEV / run) as a:
         mesh = a.mesh
         assert mesh.exact
         assert {d.name: d.size for d in mesh.dims} == truth["mesh"]
-        assert {d.role: sorted(d.groups) for d in mesh.dims} == {k: sorted(v) for k, v in truth["groups"].items()}
+        assert {d.name: sorted(d.groups) for d in mesh.dims} == {k: sorted(v) for k, v in truth["groups"].items()}
+        role = truth.get("roles") or {k: k for k in truth["mesh"]}
+        assert {d.name: d.role for d in mesh.dims} == role
         assert [d.name for d in mesh.dims] == list(truth["mesh"])  # outermost first, as the mesh was made
         rep = a.report
         assert rep["mesh"]["shape"] == truth["mesh"]
         roles = {tuple(g["ranks"]): g["role"] for g in rep["cross_rank"]["process_groups"]}
-        for role, groups in truth["groups"].items():
+        for dim, groups in truth["groups"].items():
             for g in groups:
-                assert roles.get(tuple(g)) == role, (g, roles)
+                assert roles.get(tuple(g)) == role[dim], (g, roles)
         if "pipeline" in truth:
             t, pipe = truth["pipeline"], rep["cross_rank"]["pipeline"]
             assert (pipe["p"], pipe["m"], pipe["v"], pipe["schedule"]) == (t["p"], t["m"], t["v"], t["schedule"])
             assert pipe["stage_ranks"] == t["stage_ranks"]
             assert sorted(x["stages"] for x in pipe["pipelines"]) == sorted(truth["groups"]["pp"])
             assert all((x["p"], x["m"]) == (t["p"], t["m"]) for x in pipe["pipelines"])
-            assert mesh.pp_neighbours(0) == (None, 2) and mesh.pp_neighbours(3) == (1, None)
-            assert mesh.dp_peers(2) == [3]
-        else:
-            assert mesh.tp_partners(2) == [3] and mesh.dp_peers(1) == [3]
+            for g in truth["groups"]["pp"]:
+                assert mesh.pp_neighbours(g[0]) == (None, g[1]) and mesh.pp_neighbours(g[1]) == (g[0], None)
+            for g in truth["groups"]["dp"]:
+                assert mesh.dp_peers(g[0]) == [g[1]]
+        for dim in ("tp", "ep"):
+            for g in truth["groups"].get(dim, []):
+                assert mesh.partners(g[1], role[dim]) == [g[0]]
 
 
 def test_named_mesh_in_every_header():
@@ -122,8 +128,8 @@ def test_unnamed_pipeline_dimension_from_send_recv_peers():
     with analyzer.load(DEV / "ppdp-1f1b-unnamed") as a:
         m = a.mesh
         assert m.p2p_peers == "local:pp"
-        assert m.dim("pp").source == "p2p" and m.dim("dp").source == "structure"
-        assert m.shape_text() == "pp=2 × dp=2 (from pp: p2p; dp: structure)"
+        assert m.dim("pp").source == "p2p" and m.dim("dp").source == "traffic"
+        assert m.shape_text() == "pp=2 × dp=2 (from pp: p2p; dp: traffic)"
 
 
 @pytest.mark.slow

@@ -101,7 +101,7 @@ def _analyse(job: Job, gpus_per_node: Optional[int]) -> CrossRank:
     # without a group name to the rank's group of the dimension they belong to (analyzer/layout)
     mesh = mesh_of(job)
     long["peer"] = mesh.global_peers(long["rank"], long["op"], long["peer"])
-    mesh.fill_group_names(long, job)
+    mesh.fill_group_names(long)
     keys = co.assign_keys(long, declared)
     coll, p2p = co.split_rows(long)  # empties `long`: the rows are held once from here on
     obs, al = _align_collectives(coll, ranks, domain_of)

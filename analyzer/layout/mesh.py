@@ -78,6 +78,8 @@ class Mesh:
     exact: bool = False
     #: how send/recv peers were read: "global", "local:<dim>" (group ranks of that dimension) or "none"
     p2p_peers: str = "none"
+    #: (rank, gloo thread) → the group it serves (threads.py), for rows that name no group
+    thread_groups: dict = field(default_factory=dict, repr=False)
 
     # --- questions -------------------------------------------------------------------------------------------
     def dim(self, name: str) -> Optional[Dimension]:
@@ -172,7 +174,7 @@ class Mesh:
         fit = peer_fit(rank, op, peer, mapping, self.world_size)
         return peer if fit is None else fit
 
-    def fill_group_names(self, long: dict, job: Any = None) -> int:
+    def fill_group_names(self, long: dict) -> int:
         """Book rows without a process-group name to the rank's group where the layout knows it: a send/recv
         whose peer is in the rank's pp group to that group; any other collective to the group its gloo thread
         serves (threads.py: the members' same collectives end together), else to the rank's group of the one
@@ -195,13 +197,8 @@ class Mesh:
                 if int(peer[i]) in mates.get(r, ()) and name_of.get(r):
                     out[i] = name_of[r]
         rest = none & ~p2p
-        if rest.any() and job is not None:
-            from analyzer.layout.threads import thread_groups
-            of_rank: dict[int, list] = {}
-            for g in self.groups.values():
-                for r in g.ranks:
-                    of_rank.setdefault(r, []).append((g.name, g.ranks))
-            by_thread = thread_groups(job, of_rank)
+        if rest.any():
+            by_thread = self.thread_groups
             if by_thread:
                 stream = np.asarray(long["stream"])
                 rows = np.flatnonzero(rest)
@@ -289,6 +286,33 @@ def _ops_by_group(job: Any) -> dict[str, dict[str, int]]:
     return out
 
 
+def _thread_tallies(job: Any, by_thread: dict) -> dict[str, dict]:
+    """Per group, from the unnamed rows its gloo threads ran (threads.py): op counts, and the reductions issued
+    after LATE_SHARE of their step's compute out of all reductions."""
+    out: dict[str, dict] = {}
+    for r, t in job.traces.items():
+        op = collective_column(t, "op")
+        if not len(op):
+            continue
+        op = np.asarray(op).astype(str)
+        pg = np.asarray(collective_column(t, "pg_name")).astype(str)
+        stream = np.asarray(collective_column(t, "stream"))
+        cb = np.asarray(collective_column(t, "compute_before"), dtype=float)
+        sel = (pg == "") & ~np.isin(op, ("send", "recv"))
+        for s in np.unique(stream[sel]):
+            g = by_thread.get((int(r), int(s)))
+            if g is None:
+                continue
+            m = sel & (stream == s)
+            e = out.setdefault(g, {"ops": {}, "late": 0, "red": 0})
+            for o, c in zip(*np.unique(op[m], return_counts=True)):
+                e["ops"][str(o)] = e["ops"].get(str(o), 0) + int(c)
+            red = m & np.isin(op, _REDUCTIONS) & np.isfinite(cb)
+            e["red"] += int(red.sum())
+            e["late"] += int((cb[red] >= LATE_SHARE).sum())
+    return out
+
+
 def _traffic_role(ops: dict[str, int]) -> Optional[tuple[str, str]]:
     """What a dimension's groups carry tells pp (send/recv) and ep (all-to-all) outright; else None."""
     total = sum(ops.values())
@@ -299,9 +323,11 @@ def _traffic_role(ops: dict[str, int]) -> Optional[tuple[str, str]]:
         return "pp", f"its groups carry send/recv ({p2p} of {total} operations)"
     if ops.get("alltoall", 0) / total >= 0.5:
         return "ep", f"its groups carry all-to-all ({ops['alltoall']} of {total} operations): expert dispatch"
-    ag, rs = ops.get("allgather", 0), ops.get("reducescatter", 0)
+    ag, rs, ar = ops.get("allgather", 0), ops.get("reducescatter", 0), ops.get("allreduce", 0)
     if ag and rs and ag >= 1.5 * rs:
         return "fsdp", f"parameter all-gathers ({ag}) ≈ 2× gradient reduce-scatters ({rs})"
+    if ag and not rs and ar and ag >= ar:  # gloo has no reduce-scatter: FSDP reduces gradients by all-reduce
+        return "fsdp", f"parameter all-gathers ({ag}) outnumber the gradient all-reduces ({ar})"
     return None
 
 
@@ -419,6 +445,41 @@ def infer_mesh(job: Any) -> Mesh:
         if said:
             c["role"], c["source"] = said[0], "traffic"
             c["evidence"] += "; " + said[1]
+    # gloo rows name no group: the groups their threads serve tell each dimension's traffic (threads.py)
+    by_thread: dict = {}
+    if dims:
+        from analyzer.layout.threads import thread_groups
+        of_rank: dict[int, list] = {}
+        for g in infos.values():
+            for r in g.ranks:
+                of_rank.setdefault(r, []).append((g.name, g.ranks))
+        by_thread = thread_groups(job, of_rank)
+    mesh.thread_groups = by_thread
+    tallies = _thread_tallies(job, by_thread) if by_thread else {}
+    for c in dims:
+        tally: dict[str, int] = {}
+        late = red = 0
+        for n in c["names"]:
+            e = tallies.get(n)
+            if e:
+                for k, v in e["ops"].items():
+                    tally[k] = tally.get(k, 0) + v
+                late, red = late + e["late"], red + e["red"]
+        if not tally:
+            continue
+        said = _traffic_role(tally)
+        if c["role"] == "unknown" and said:
+            c["role"], c["source"] = said[0], "traffic"
+            c["evidence"] += "; " + said[1]
+        elif c["role"] == "dp" and said and said[0] == "fsdp":
+            c["role"] = "fsdp"
+            c["evidence"] += "; " + said[1] + ": the data-parallel dimension shards its parameters"
+        elif c["role"] == "unknown" and red:
+            share = late / red
+            c["role"], c["source"] = ("dp" if share >= 0.5 else "tp"), "traffic"
+            c["evidence"] += (f"; {share:.0%} of its groups' {red} reductions come after {LATE_SHARE:.0%} of their "
+                              "step's compute: " + ("gradient sync after backward (data parallel)" if share >= 0.5
+                                                    else "per-layer reductions inside the step (tensor parallel)"))
     left = [c for c in dims if c["role"] == "unknown"]
     if len(left) == 1 and len(dims) > 1:
         late = _reduction_lateness(job)

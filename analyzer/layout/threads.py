@@ -36,7 +36,8 @@ def _rows(job: Any) -> dict[int, dict[int, tuple[np.ndarray, np.ndarray]]]:
         end = np.asarray(collective_column(t, "end"), dtype=np.int64)[sel]
         n = np.maximum(np.asarray(collective_column(t, "in_nelems"), dtype=np.int64)[sel],
                        np.asarray(collective_column(t, "out_nelems"), dtype=np.int64)[sel])
-        key = np.char.add(np.char.add(op[sel], "|"), n.astype(str))
+        # all-to-all moves uneven splits (each member's size differs): its op alone is its key
+        key = np.where(op[sel] == "alltoall", op[sel], np.char.add(np.char.add(op[sel], "|"), n.astype(str)))
         per = {}
         for s in np.unique(stream):
             m = stream == s
@@ -69,6 +70,13 @@ def thread_groups(job: Any, groups_of_rank: dict[int, list[tuple[str, list[int]]
     if len(job.traces) > MAX_RANKS:
         return {}
     rows = _rows(job)
+    # a member's rows of every thread together (which of its threads ran a collective does not matter)
+    whole = {}
+    for q, th in rows.items():
+        k = np.concatenate([x[0] for x in th.values()])
+        e = np.concatenate([x[1] for x in th.values()])
+        o = np.argsort(e, kind="stable")
+        whole[q] = (k[o], e[o])
     out: dict[tuple[int, int], str] = {}
     for r, threads in rows.items():
         cands = [(n, g) for n, g in groups_of_rank.get(r, []) if len(g) > 1]
@@ -86,7 +94,7 @@ def thread_groups(job: Any, groups_of_rank: dict[int, list[tuple[str, list[int]]
                     if q == r or q not in rows:
                         continue
                     if q not in best:
-                        best[q] = min((_align(a, b) for b in rows[q].values()), default=float("inf"))
+                        best[q] = _align(a, whole[q])
                     worst = max(worst, best[q])
                 scores.append((worst, len(g), name))
             scores.sort()
