@@ -9,7 +9,6 @@ from typing import Any
 
 import numpy as np
 
-from analyzer.rank.summary import collective_column
 
 _INTS = re.compile(r"-?\d+")
 
@@ -77,3 +76,10 @@ def declared_groups(job: Any) -> dict[str, Group]:
             if isinstance(v, dict):
                 _add(groups, str(name), str(v.get("desc") or ""), list(v.get("ranks") or []), "flight_recorder")
     return groups
+
+
+def collective_column(t: Any, name: str) -> Any:
+    """One column of a rank's collectives (analyzer.rank.summary, imported here: a run without traces — a hang
+    post-mortem — never loads the table library)."""
+    from analyzer.rank.summary import collective_column as column
+    return column(t, name)

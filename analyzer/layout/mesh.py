@@ -17,7 +17,6 @@ import numpy as np
 from analyzer.layout.groups import Group, declared_groups
 from analyzer.layout.names import dimension_of_desc
 from analyzer.layout.structure import choose_dims, partitions, peer_fit
-from analyzer.rank.summary import collective_column
 
 #: confidence of a dimension by how it was learned
 CONFIDENCE = {"pg_desc": 0.95, "flight_recorder": 0.9, "p2p": 0.85, "traffic": 0.7, "structure": 0.5}
@@ -453,7 +452,8 @@ def infer_mesh(job: Any) -> Mesh:
         for g in infos.values():
             for r in g.ranks:
                 of_rank.setdefault(r, []).append((g.name, g.ranks))
-        by_thread = thread_groups(job, of_rank)
+        dim_of = {n: (c["name"] or f"#{i}") for i, c in enumerate(dims) for n in c["names"]}
+        by_thread = thread_groups(job, of_rank, dim_of)
     mesh.thread_groups = by_thread
     tallies = _thread_tallies(job, by_thread) if by_thread else {}
     for c in dims:
@@ -525,3 +525,10 @@ def infer_mesh(job: Any) -> Mesh:
     mesh.source = ("pg_desc" if srcs == {"pg_desc"} else "flight_recorder" if srcs <= {"pg_desc", "flight_recorder"}
                    and srcs else "structure" if srcs else "none")
     return mesh
+
+
+def collective_column(t: Any, name: str) -> Any:
+    """One column of a rank's collectives (analyzer.rank.summary, imported here: a run without traces — a hang
+    post-mortem — never loads the table library)."""
+    from analyzer.rank.summary import collective_column as column
+    return column(t, name)
