@@ -128,6 +128,51 @@ def _seq(v: Any) -> int:
     return i64(v) if v.__class__ is int and v >= 0 else -1
 
 
+def _int_list(v: Any) -> Optional[list[int]]:
+    """'[96, 32]' (record_shapes' Concrete Inputs) → [96, 32]; [] for '[]'; None when unreadable."""
+    if not isinstance(v, str) or not v.startswith("[") or len(v) > 4096:
+        return None
+    inner = v.strip("[] ")
+    if not inner:
+        return []
+    try:
+        out = [int(x) for x in inner.split(",")]
+    except ValueError:
+        return None
+    return out if all(0 <= x < 1 << 40 for x in out) else None
+
+
+def alltoall_sizes(a: Any) -> Optional[tuple[int, int]]:
+    """(input elements, output elements) of a ``c10d::alltoall_base_`` op from record_shapes' args: its Concrete
+    Inputs are [output, input, process group, output_split_sizes, input_split_sizes, async, timeout] and its Input
+    Dims the output's and input's shapes; the split sizes count rows (an empty list splits evenly). The rows a rank
+    receives are its experts' tokens in an expert-parallel dispatch. None without the shapes."""
+    dims = getattr(a, "input_dims", None)
+    if not isinstance(dims, list) or len(dims) < 2:
+        return None
+    out_shape, in_shape = dims[0], dims[1]
+    if not (isinstance(out_shape, list) and isinstance(in_shape, list) and out_shape and in_shape
+            and all(x.__class__ is int and 0 <= x < 1 << 40 for x in out_shape + in_shape)):
+        return None
+
+    def elems(shape: list[int]) -> int:
+        n = 1
+        for x in shape:
+            n *= x
+        return n
+    ci = a.concrete_inputs if isinstance(a.concrete_inputs, list) and len(a.concrete_inputs) > 4 else None
+    out_split = _int_list(ci[3]) if ci else None
+    in_split = _int_list(ci[4]) if ci else None
+    width_out = elems(out_shape[1:]) if len(out_shape) > 1 else 1
+    width_in = elems(in_shape[1:]) if len(in_shape) > 1 else 1
+    n_in = sum(in_split) * width_in if in_split else elems(in_shape)
+    n_out = sum(out_split) * width_out if out_split else elems(out_shape)
+    return (n_in, n_out) if n_in < I64_MAX and n_out < I64_MAX else None
+
+
+I64_MAX = 1 << 62
+
+
 #: gloo spans whose first input is the tensor the collective moves (all_gather / scatter put outputs first)
 _GLOO_FIRST_INPUT = {"gloo:all_reduce", "gloo:broadcast", "gloo:reduce", "gloo:send", "gloo:recv"}
 #: C++ type names the profiler writes for dtypes → the names the rest of the project uses

@@ -455,10 +455,35 @@ def uneven_step(ctx: Context) -> Iterator[Finding]:
 def moe_imbalance(ctx: Context) -> Iterator[Finding]:
     """One expert-parallel rank receives far more tokens than the others: everyone waits for its experts.
 
-    Evidence, best first: per-rank all-to-all bytes when the cross-rank section provides them (`rank_bytes`
-    in collectives.by_group_op), else a compute straggler that belongs to an expert-parallel group running
+    Evidence, best first: the elements each rank of an expert-parallel group received for its experts
+    (cross_rank.expert_load, from the all-to-all sizes: the hot rank and its factor over the others' median; a
+    balanced routing there rules the finding out), per-rank all-to-all bytes (`rank_bytes` in
+    collectives.by_group_op), else a compute straggler that belongs to an expert-parallel group running
     all-to-all (lower confidence). Cost: the straggler's imposed wait.
     """
+    loads = ctx.cross.get("expert_load") or []
+    for g in sorted(loads, key=lambda g: -(num(g.get("factor")) or 0.0)):
+        factor = num(g.get("factor"))
+        if factor is None or factor < ctx.t("moe_imbalance_ratio"):
+            continue
+        hot = int(g["hot_rank"])
+        got = {int(k): int(v) for k, v in (g.get("received_elements") or {}).items()}
+        s = straggler_info(ctx)
+        calls = g.get("calls") or {}
+        yield Finding(title=f"Rank {hot}'s experts receive {factor:.1f}× the tokens of the other ranks of "
+                            f"expert-parallel group {g.get('process_group')}: expert load imbalance",
+                      confidence=0.9, cost=s["cost"] if s is not None and s["rank"] == hot else None,
+                      evidence=[Evidence("elements each rank received for its experts over the traced steps "
+                                         f"(all-to-all sizes): {got}"),
+                                Evidence(f"{calls.get('dispatch', 0)} dispatch and {calls.get('combine', 0)} combine "
+                                         "all-to-alls whose sizes differ across the group's ranks; the others wait "
+                                         f"for rank {hot}'s experts")],
+                      subject=Subject(ranks=[hot], process_group=str(g.get("process_group")),
+                                      collective={"op": "alltoall", "seq": None}),
+                      involved=_all_ranks(ctx) | {hot})
+        return
+    if loads and all(g.get("balanced") for g in loads):
+        return  # the routing is balanced: a rank the group waits for is late for another reason (LOAD001)
     for r in (ctx.cross.get("collectives") or {}).get("by_group_op") or []:
         rb = r.get("rank_bytes") or r.get("per_rank_bytes")
         if str(r.get("op")) != "alltoall" or not isinstance(rb, dict) or len(rb) < 2:

@@ -142,3 +142,40 @@ def test_mesh_exact_on_the_simulated_3d_job(run):
         assert m.tp_partners(0) == [1] and m.dp_peers(0) == [2] and m.pp_neighbours(4) == (0, 8)
         pipe = a.report["cross_rank"]["pipeline"]
         assert pipe["p"] == 4
+
+
+# --- expert-parallel load (analyzer/cross_rank/expert_load.py, MOE001) --------------------------------------------
+
+def test_alltoall_sizes_from_gloo_split_sizes():
+    from parsers.kineto_collectives import alltoall_sizes
+    from parsers.kineto_events import ShapeArgs
+    a = ShapeArgs(concrete_inputs=["", "", "", "[96, 96]", "[32, 96]", "False", "-1"])
+    a.input_dims = [[192, 64], [128, 64]]
+    assert alltoall_sizes(a) == (128 * 64, 192 * 64)  # sent 32 + 96 rows, received 96 + 96 rows of 64
+    a.concrete_inputs = ["", "", "", "[]", "[]", "False", "-1"]  # even split: the tensors' own sizes
+    a.input_dims = [[2], [2]]
+    assert alltoall_sizes(a) == (2, 2)
+    a.input_dims = None
+    assert alltoall_sizes(a) is None
+
+
+@pytest.mark.parametrize("folder,hot,group_ranks", [(DEV / "epdp-imbalance-r1", 1, [0, 1]),
+                                                    (SIM / "moe_imbalance", 3, None)])
+def test_the_overloaded_expert_is_named_with_its_factor(folder, hot, group_ranks):
+    with analyzer.load(folder) as a:
+        loads = a.report["cross_rank"]["expert_load"]
+        g = next(x for x in loads if not x["balanced"])
+        assert g["hot_rank"] == hot and round(g["factor"], 2) == 3.0
+        if group_ranks:
+            assert g["ranks"] == group_ranks
+            assert [x["balanced"] for x in loads if x is not g] == [True]  # the other ep group routes evenly
+        first = next(f for f in a.findings if f["severity"] in ("error", "warning"))
+        assert first["id"] == "MOE001" and first["subject"]["ranks"] == [hot]
+        assert f"Rank {hot}'s experts receive 3.0×" in first["title"]
+
+
+def test_balanced_routing_raises_no_moe_finding():
+    with analyzer.load(SIM / "moe_clean") as a:
+        loads = a.report["cross_rank"]["expert_load"]
+        assert loads and all(x["balanced"] and x["factor"] == 1.0 for x in loads)
+        assert not [f for f in a.findings if f["id"] == "MOE001"]

@@ -611,6 +611,8 @@ def cross_rank_section(job: Job, gpus_per_node: Optional[int] = None) -> dict:
     waited = {x["step"]: x["slowest_rank"] for x in section["stragglers"].get("per_step") or [] if x.get("material")}
     section["step_spread"] = sg.step_spread(job.step_metrics, waited)
     section["desync"] = cr.desync
+    from analyzer.cross_rank.expert_load import expert_load
+    section["expert_load"] = expert_load(job, mesh_of(job))
     section["summary"] = _summary(job, cr, section)
     return section
 
