@@ -130,7 +130,12 @@ def straggler_info(ctx: Context) -> Optional[dict]:
     ok = [r for r in rows if passes(r)]
     if not ok:
         return stage  # send/recv hold nobody up in the collectives' sense: a pipeline stage's own excess may
-    row = max(ok, key=lambda r: (num(r.get("delay_per_step_us")) or 0.0, -int(r["rank"])))
+    # a rank that runs more work of its own than its peers (more compute operators per step) comes before one
+    # whose same work merely ran longer (a composed job's two TP pairs both wait for their slower rank: the one
+    # with the extra work is the cause, the other the shared host's contention)
+    row = max(ok, key=lambda r: (bool(r.get("more_work")) and not any(
+        bool(x.get("consistent_excess")) and not x.get("more_work") for x in ok if x is not r),
+        num(r.get("delay_per_step_us")) or 0.0, -int(r["rank"])))
     rank = int(row["rank"])
     delay, share = num(row.get("delay_share")) or 0.0, num(row.get("holdup_share")) or 0.0
     last = frac(row.get("pct_last")) or 0.0

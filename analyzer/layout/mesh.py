@@ -58,6 +58,14 @@ class Dimension:
     confidence: float
     stride: int = 1
 
+    def where(self, rank: int) -> Optional[tuple[int, int]]:
+        """(index of the rank's group, its position in it), or None (an index built once)."""
+        idx = self.__dict__.get("_where")
+        if idx is None:
+            idx = {r: (i, k) for i, g in enumerate(self.groups) for k, r in enumerate(g)}
+            self.__dict__["_where"] = idx
+        return idx.get(rank)
+
     def to_dict(self) -> dict:
         return {"name": self.name, "role": self.role, "size": self.size, "groups": self.groups,
                 "group_names": self.group_names, "source": self.source, "evidence": self.evidence,
@@ -90,13 +98,13 @@ class Mesh:
     def group_of(self, rank: int, dim: str) -> list[int]:
         """The ranks of ``rank``'s group in dimension ``dim`` ([] when unknown)."""
         d = self.dim(dim)
-        return next((list(g) for g in d.groups if rank in g), []) if d else []
+        w = d.where(rank) if d else None
+        return list(d.groups[w[0]]) if w else []
 
     def group_name_of(self, rank: int, dim: str) -> Optional[str]:
         d = self.dim(dim)
-        if d is None:
-            return None
-        return next((n for g, n in zip(d.groups, d.group_names) if rank in g), None)
+        w = d.where(rank) if d else None
+        return d.group_names[w[0]] if w else None
 
     def dimension_of(self, group: str, ranks: Optional[list[int]] = None) -> Optional[str]:
         """The dimension of a group known by name, else by its ranks; None for the world group or unknown."""
@@ -188,20 +196,24 @@ class Mesh:
         out = pg.astype(object).copy()
         pp = self.by_role("pp")
         p2p = np.isin(op, ("send", "recv"))
-        if pp is not None:
-            name_of = {r: self.group_name_of(r, pp.name) for r in range(self.world_size)}
-            mates = {r: set(self.group_of(r, pp.name)) for r in range(self.world_size)}
-            for i in np.flatnonzero(none & p2p & (peer >= 0)):
-                r = int(rank[i])
-                if int(peer[i]) in mates.get(r, ()) and name_of.get(r):
-                    out[i] = name_of[r]
+        n = max(self.world_size, int(rank.max()) + 1 if len(rank) else 0, int(peer.max()) + 1 if len(peer) else 0)
+        if pp is not None:  # vectorised: each rank's pp group index, and the group's name
+            gid = np.full(n + 1, -1, np.int64)
+            names = np.full(n + 1, "", dtype=object)
+            for i, (g, nm) in enumerate(zip(pp.groups, pp.group_names)):
+                gid[g], names[g] = i, nm
+            pe = np.where(peer >= 0, peer, n)
+            hit = none & p2p & (peer >= 0) & (gid[rank] >= 0) & (gid[rank] == gid[pe])
+            out[hit] = names[rank[hit]]
         rest = none & ~p2p
         if rest.any():
             by_thread = self.thread_groups
             if by_thread:
-                stream = np.asarray(long["stream"])
+                stream = np.asarray(long["stream"]).astype(np.int64)
                 rows = np.flatnonzero(rest)
-                got = np.array([by_thread.get((int(rank[i]), int(stream[i])), "") for i in rows], dtype=object)
+                keys, inv = np.unique(np.stack([rank[rows].astype(np.int64), stream[rows]]), axis=1,
+                                      return_inverse=True)
+                got = np.array([by_thread.get((int(a), int(b)), "") for a, b in keys.T], dtype=object)[inv.ravel()]
                 out[rows] = np.where(got != "", got, out[rows])
                 rest = rest & (out == "")
         others = [d for d in self.dims if d.role != "pp" and d.size > 1]
@@ -377,17 +389,12 @@ def infer_mesh(job: Any) -> Mesh:
     cands.sort(key=lambda c: (c["composite"], c["source"] == "structure"))
     covered = set(range(world))
 
+    pos = [{r: k for g in c["groups"] for k, r in enumerate(g)} for c in cands]  # rank → place in its group
+
     def coords_ok(sub: list[int]) -> bool:
-        seen = set()
-        for r in range(world):
-            key = []
-            for i in sub:
-                g = next((g for g in cands[i]["groups"] if r in g), None)
-                if g is None:
-                    return False
-                key.append(g.index(r))
-            seen.add(tuple(key))
-        return len(seen) == len(covered)
+        if any(len(pos[i]) != world for i in sub):
+            return False
+        return len({tuple(pos[i][r] for i in sub) for r in range(world)}) == len(covered)
     chosen = choose_dims([c["size"] for c in cands], coords_ok, world)
     exact = bool(chosen)
     if not chosen:  # names seen on the traced ranks only, or nothing partitions the world: keep what names say
@@ -506,7 +513,7 @@ def infer_mesh(job: Any) -> Mesh:
     mesh.exact = exact
     if exact:
         for r in range(world):
-            mesh.coords[r] = {d.name: next(g.index(r) for g in d.groups if r in g) for d in mesh.dims}
+            mesh.coords[r] = {d.name: d.where(r)[1] for d in mesh.dims}
     for d in mesh.dims:
         for n in d.group_names:
             g = infos.get(n)
