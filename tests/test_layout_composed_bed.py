@@ -71,6 +71,17 @@ def test_balanced_experts_raise_no_moe_finding(run):
 
 
 @pytest.mark.slow
+def test_a_tp_partner_waiting_for_the_straggler_is_not_misplaced():
+    # rank 3 computes extra after its forward; its TP partner 2 enters their next all-reduce 30 ms of compute
+    # earlier: that is rank 3's extra work (LOAD001), not a collective rank 2 calls elsewhere (SYNC002)
+    truth = _truth("dptp-manual-compute-r3")
+    with analyzer.load(BED / "dptp-manual-compute-r3") as a:
+        assert not [f for f in a.findings if f["id"] == "SYNC002"]
+        first = next(f for f in a.findings if f["severity"] in ("error", "warning"))
+        assert first["id"] == "LOAD001" and first["subject"]["ranks"] == truth["target_ranks"]
+
+
+@pytest.mark.slow
 def test_the_tp_pair_straggler_with_more_work_is_named():
     # rank 1 runs extra matmuls; its TP partner waits for it; the other TP pair's rank 3 is as slow from the shared
     # host's contention alone (the same operators): the one with work of its own is the straggler
