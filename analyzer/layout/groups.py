@@ -34,6 +34,8 @@ class Group:
 
 
 def _add(groups: dict[str, Group], name: str, desc: str, ranks: list[int], source: str) -> None:
+    if not name:  # a dump's unnamed placeholder entry names no group
+        return
     g = groups.setdefault(name, Group(name))
     if desc and (not g.desc or g.desc == "undefined"):
         g.desc = desc
