@@ -89,6 +89,14 @@ class Analysis:
         return self._get("groups", lambda: groups_frame(self.report))
 
     @property
+    def mesh(self) -> Any:
+        """The job's shape (analyzer.layout.Mesh): dimensions with sizes and roles, each rank's coordinate, each
+        group's dimension and role with evidence; ``pp_neighbours(rank)``, ``tp_partners(rank)``,
+        ``dp_peers(rank)``, ``dimension_of(group)``, ``shape_text()``, ``to_dict()`` (the report's ``mesh``)."""
+        from analyzer.layout import mesh_of
+        return mesh_of(self.job)
+
+    @property
     def kernels(self) -> pd.DataFrame:
         """Per rank and kernel name (HTA's kernel breakdown, inside the step windows): kind, count, total /
         mean / min / max / std µs, share of the rank's kernel time."""

@@ -9,7 +9,7 @@ from typing import Any, Optional
 import numpy as np
 
 from parsers.comm_kernels import DEFAULT_TABLE, CommKernelTable
-from parsers.kineto_collectives import gloo_size, peer_from_args
+from parsers.kineto_collectives import alltoall_sizes, gloo_size, peer_from_args
 from parsers.kineto_events import Event, EventArgs, ShapeArgs
 from parsers.kineto_steps import STEP
 from parsers.kineto_trace import KIND_CODE
@@ -95,6 +95,7 @@ class Collector:
         self.r: list[tuple] = []       # ts, corr, tid
         self.c: Optional[list[tuple]] = []  # ts, dur, tid, name, is user_annotation, span index
         self.spans: list[tuple] = []   # ts, dur, tid, name, External id (int or None), args
+        self.a2a: list[tuple] = []     # ts, (in elements, out elements) of each c10d::alltoall_base_ (or None)
         self.steps: list[tuple] = []   # step, ts, dur, on the GPU track
         self.step_tids: set[int] = set()
         self.ann: list[tuple] = []     # name, ts, dur, on the GPU track
@@ -258,6 +259,8 @@ class Collector:
                         tc = self._tid(t)
                     if fl & F_COMM_SPAN:
                         a = e.args
+                        if nm == "c10d::alltoall_base_" and a is not None:
+                            self.a2a.append((ts, alltoall_sizes(a)))
                         if a is not None and isinstance(a, ShapeArgs):
                             gloo_size(nm, a)
                         x = a.external_id if a is not None else None

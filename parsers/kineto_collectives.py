@@ -85,13 +85,13 @@ class SpanIndex:
 
 
 _COLL_COLUMNS = ["act_index", "op", "in_nelems", "out_nelems", "dtype", "pg_name", "pg_desc", "pg_ranks",
-                 "group_size", "peer", "family"]
+                 "group_size", "peer", "family", "seq", "comms_id"]
 
 
 def collectives_frame(recs: list[tuple], activity: pd.DataFrame) -> pd.DataFrame:
     """The collectives table from coll_record rows, with each row's start, end and stream from its activity row."""
     coll = pd.DataFrame.from_records(recs, columns=_COLL_COLUMNS)
-    for c in ("act_index", "in_nelems", "out_nelems", "group_size", "peer"):
+    for c in ("act_index", "in_nelems", "out_nelems", "group_size", "peer", "seq"):
         coll[c] = coll[c].astype(np.int64)
     idx = coll["act_index"].to_numpy()
     coll.insert(1, "start", activity["start"].to_numpy()[idx])
@@ -104,7 +104,7 @@ def coll_record(row: int, op: str, a: Optional[EventArgs], peer: int, family: st
     """One collectives row from an activity row, its op, the event args (None when it had none) and the kernel
     family (parsers/comm_kernels.py; "" when only the args or the launching CPU op said it is communication)."""
     if a is None:
-        return (row, op, -1, -1, "", "", "", "", -1, peer, family)
+        return (row, op, -1, -1, "", "", "", "", -1, peer, family, -1, "")
     return (
         row, op,
         i64(a.in_nelems),
@@ -116,7 +116,61 @@ def coll_record(row: int, op: str, a: Optional[EventArgs], peer: int, family: st
         i64(a.group_size),
         peer,
         family,
+        _seq(a.seq),
+        str(a.comms_id)[:40] if a.comms_id is not None else "",
     )
+
+
+def _seq(v: Any) -> int:
+    """Kineto's ``Seq`` (an int, or its decimal string): the group's collective sequence number; -1 when absent."""
+    if isinstance(v, str) and v.isdigit() and len(v) < 19:
+        v = int(v)
+    return i64(v) if v.__class__ is int and v >= 0 else -1
+
+
+def _int_list(v: Any) -> Optional[list[int]]:
+    """'[96, 32]' (record_shapes' Concrete Inputs) → [96, 32]; [] for '[]'; None when unreadable."""
+    if not isinstance(v, str) or not v.startswith("[") or len(v) > 4096:
+        return None
+    inner = v.strip("[] ")
+    if not inner:
+        return []
+    try:
+        out = [int(x) for x in inner.split(",")]
+    except ValueError:
+        return None
+    return out if all(0 <= x < 1 << 40 for x in out) else None
+
+
+def alltoall_sizes(a: Any) -> Optional[tuple[int, int]]:
+    """(input elements, output elements) of a ``c10d::alltoall_base_`` op from record_shapes' args: its Concrete
+    Inputs are [output, input, process group, output_split_sizes, input_split_sizes, async, timeout] and its Input
+    Dims the output's and input's shapes; the split sizes count rows (an empty list splits evenly). The rows a rank
+    receives are its experts' tokens in an expert-parallel dispatch. None without the shapes."""
+    dims = getattr(a, "input_dims", None)
+    if not isinstance(dims, list) or len(dims) < 2:
+        return None
+    out_shape, in_shape = dims[0], dims[1]
+    if not (isinstance(out_shape, list) and isinstance(in_shape, list) and out_shape and in_shape
+            and all(x.__class__ is int and 0 <= x < 1 << 40 for x in out_shape + in_shape)):
+        return None
+
+    def elems(shape: list[int]) -> int:
+        n = 1
+        for x in shape:
+            n *= x
+        return n
+    ci = a.concrete_inputs if isinstance(a.concrete_inputs, list) and len(a.concrete_inputs) > 4 else None
+    out_split = _int_list(ci[3]) if ci else None
+    in_split = _int_list(ci[4]) if ci else None
+    width_out = elems(out_shape[1:]) if len(out_shape) > 1 else 1
+    width_in = elems(in_shape[1:]) if len(in_shape) > 1 else 1
+    n_in = sum(in_split) * width_in if in_split else elems(in_shape)
+    n_out = sum(out_split) * width_out if out_split else elems(out_shape)
+    return (n_in, n_out) if n_in < I64_MAX and n_out < I64_MAX else None
+
+
+I64_MAX = 1 << 62
 
 
 #: gloo spans whose first input is the tensor the collective moves (all_gather / scatter put outputs first)

@@ -30,6 +30,8 @@ class EventArgs(msgspec.Struct, gc=False):
     concrete_inputs: Any = msgspec.field(default=None, name="Concrete Inputs")  # c10d::send/recv_: peer rank
     src_rank: Any = msgspec.field(default=None, name="Src Rank")  # NCCL recv metadata: the global peer rank
     dst_rank: Any = msgspec.field(default=None, name="Dst Rank")  # NCCL send metadata
+    seq: Any = msgspec.field(default=None, name="Seq")  # the group's collective sequence number (recent Kineto)
+    comms_id: Any = msgspec.field(default=None, name="Comms Id")  # one collective call's id (recent Kineto)
 
 
 class Event(msgspec.Struct, gc=False):

@@ -212,7 +212,22 @@ def cpu_activity(col: Collector, spans: list[tuple]) -> tuple[pd.DataFrame, pd.D
         op = normalise_op(a.coll_name if a is not None and isinstance(a.coll_name, str) else nm)
         peer = peer_of(tid[i], start[i]) if nm in ("gloo:send", "gloo:recv") else -1
         recs.append(coll_record(row, op, a, peer, "gloo" if nm.startswith("gloo:") else ""))
+    _alltoall_sizes(col, recs)
     return activity, collectives_frame(recs, activity), names
+
+
+def _alltoall_sizes(col: Collector, recs: list[tuple]) -> None:
+    """gloo writes no sizes on its all_to_all spans: the k-th ``c10d::alltoall_base_`` op of the trace (in start
+    order) gives the k-th all-to-all row its input and output element counts, when their numbers agree."""
+    if not col.a2a:
+        return
+    rows = [i for i, r in enumerate(recs) if r[1] == "alltoall"]
+    ops = sorted(col.a2a, key=lambda x: x[0])
+    if len(rows) != len(ops):
+        return
+    for i, (_, sizes) in zip(rows, ops):
+        if sizes is not None and recs[i][2] < 0 and recs[i][3] < 0:
+            recs[i] = recs[i][:2] + (int(sizes[0]), int(sizes[1])) + recs[i][4:]
 
 
 def p2p_peers(col: Collector) -> Callable[[int, int], int]:
@@ -247,6 +262,7 @@ def _meta(doc: TypedDoc, dist: dict, path: Path) -> dict:
         "host": doc.host_name if isinstance(doc.host_name, str) else None,
         "backend": dist.get("backend"),
         "pg_config": dist.get("pg_config") if isinstance(dist.get("pg_config"), list) else [],
+        "pg_count": dist.get("pg_count") if dist.get("pg_count").__class__ is int else None,
         "nccl_version": dist.get("nccl_version"),
         "gpu_name": gpu_names[0] if gpu_names else None,
         "display_time_unit": doc.displayTimeUnit,

@@ -39,5 +39,11 @@ class KinetoTrace:
     memory_ops: Optional[pd.DataFrame] = None
 
     @property
+    def process_groups(self) -> pd.DataFrame:
+        """``distributedInfo.pg_config`` as a typed table (parsers/kineto_groups.py): the groups this rank is in."""
+        from parsers.kineto_groups import process_groups
+        return process_groups(self.meta.get("pg_config"))
+
+    @property
     def device_type(self) -> str:
         return self.meta.get("device_type", "gpu")

@@ -134,7 +134,12 @@ def straggler_info(ctx: Context) -> Optional[dict]:
     ok = own_host or [r for r in rows if passes(r)]
     if not ok:
         return stage  # send/recv hold nobody up in the collectives' sense: a pipeline stage's own excess may
-    row = max(ok, key=lambda r: (num(r.get("delay_per_step_us")) or 0.0, -int(r["rank"])))
+    # a rank that runs more work of its own than its peers (more compute operators per step) comes before one
+    # whose same work merely ran longer (a composed job's two TP pairs both wait for their slower rank: the one
+    # with the extra work is the cause, the other the shared host's contention)
+    row = max(ok, key=lambda r: (bool(r.get("more_work")) and not any(
+        bool(x.get("consistent_excess")) and not x.get("more_work") for x in ok if x is not r),
+        num(r.get("delay_per_step_us")) or 0.0, -int(r["rank"])))
     rank = int(row["rank"])
     delay, share = num(row.get("delay_share")) or 0.0, num(row.get("holdup_share")) or 0.0
     cost = delay
@@ -515,10 +520,35 @@ def uneven_step(ctx: Context) -> Iterator[Finding]:
 def moe_imbalance(ctx: Context) -> Iterator[Finding]:
     """One expert-parallel rank receives far more tokens than the others: everyone waits for its experts.
 
-    Evidence, best first: per-rank all-to-all bytes when the cross-rank section provides them (`rank_bytes`
-    in collectives.by_group_op), else a compute straggler that belongs to an expert-parallel group running
+    Evidence, best first: the elements each rank of an expert-parallel group received for its experts
+    (cross_rank.expert_load, from the all-to-all sizes: the hot rank and its factor over the others' median; a
+    balanced routing there rules the finding out), per-rank all-to-all bytes (`rank_bytes` in
+    collectives.by_group_op), else a compute straggler that belongs to an expert-parallel group running
     all-to-all (lower confidence). Cost: the straggler's imposed wait.
     """
+    loads = ctx.cross.get("expert_load") or []
+    for g in sorted(loads, key=lambda g: -(num(g.get("factor")) or 0.0)):
+        factor = num(g.get("factor"))
+        if factor is None or factor < ctx.t("moe_imbalance_ratio"):
+            continue
+        hot = int(g["hot_rank"])
+        got = {int(k): int(v) for k, v in (g.get("received_elements") or {}).items()}
+        s = straggler_info(ctx)
+        calls = g.get("calls") or {}
+        yield Finding(title=f"Rank {hot}'s experts receive {factor:.1f}× the tokens of the other ranks of "
+                            f"expert-parallel group {g.get('process_group')}: expert load imbalance",
+                      confidence=0.9, cost=s["cost"] if s is not None and s["rank"] == hot else None,
+                      evidence=[Evidence("elements each rank received for its experts over the traced steps "
+                                         f"(all-to-all sizes): {got}"),
+                                Evidence(f"{calls.get('dispatch', 0)} dispatch and {calls.get('combine', 0)} combine "
+                                         "all-to-alls whose sizes differ across the group's ranks; the others wait "
+                                         f"for rank {hot}'s experts")],
+                      subject=Subject(ranks=[hot], process_group=str(g.get("process_group")),
+                                      collective={"op": "alltoall", "seq": None}),
+                      involved=_all_ranks(ctx) | {hot})
+        return
+    if loads and all(g.get("balanced") for g in loads):
+        return  # the routing is balanced: a rank the group waits for is late for another reason (LOAD001)
     for r in (ctx.cross.get("collectives") or {}).get("by_group_op") or []:
         rb = r.get("rank_bytes") or r.get("per_rank_bytes")
         if str(r.get("op")) != "alltoall" or not isinstance(rb, dict) or len(rb) < 2:

@@ -46,7 +46,13 @@ def misplaced_collective(ctx: Context) -> Iterator[Finding]:
     did before entering differs from its peers' by ≥ 5 % of the step. The call site is (group, op, element
     count, position among the group's collectives of the step): the traces name no source line. Cost: the
     median over steps of the others' mean wait there (its own, when it comes early), over the median step.
+    Not when the compute between is extra work (more compute operators per step, cross_rank.stragglers
+    more_work) of the rank that enters later: that rank is a straggler (LOAD001), and in a two-rank group (a TP
+    pair) its partner only looks misplaced.
     """
+    work = {int(x["rank"]): bool(x.get("more_work")) for x in (ctx.cross.get("stragglers") or {}).get("per_rank") or []
+            if x.get("rank") is not None}
+    members = {str(g.get("name")): [int(x) for x in g.get("ranks") or []] for g in ctx.groups()}
     for m in (ctx.cross.get("placement") or {}).get("misplaced") or []:
         cost = num(m.get("cost_share")) or 0.0
         if cost < ctx.t("placement_cost_min"):
@@ -55,6 +61,10 @@ def misplaced_collective(ctx: Context) -> Iterator[Finding]:
         idx, n = int(m["index_in_step"]), int(m.get("n_in_step") or 0)
         late = bool(m.get("late"))
         mine, peers = num(m.get("compute_before_us")) or 0.0, num(m.get("peers_compute_before_us")) or 0.0
+        others = [q for q in members.get(pg, []) if q != r]
+        if (mine > peers and work.get(r)) or (mine < peers and not work.get(r) and any(work.get(q) for q in others)):
+            continue  # the compute between is extra work of the later rank's own (more operators): a straggler
+            # (LOAD001), not a collective called elsewhere in the step (in a TP pair either rank looks misplaced)
         steps, cons = int(m.get("steps") or 0), int(m.get("steps_consistent") or 0)
         site = f"the {_ordinal(idx)} of {n} collectives of group {pg} in each step ({op}, {m.get('nelems')} elements)"
         ev = [Evidence(f"rank {r} enters {site} after {mine / 1000:.2f} ms of compute in its step, its peers after "

@@ -183,6 +183,8 @@ def world_group_role(ops: dict[str, int]) -> str:
 FORWARD_SHARE = 1 / 3
 #: Of the (rank, step)s a group is active in, the share that must show the tensor-parallel pattern.
 TP_STEP_SHARE = 0.5
+#: reductions of the first forward reduction's payload per step that show the per-layer pattern on their own
+RECUR_MIN = 4
 _REDUCTIONS = ("allreduce", "reducescatter")
 _SIZED = ("allreduce", "reducescatter", "allgather")
 
@@ -287,7 +289,18 @@ def _role_rows(coll: Any, idx: np.ndarray, op_code: np.ndarray, op_names: np.nda
     per = df.groupby(key, sort=False).agg(n_red=("red", "sum"), n_pattern=("pattern", "sum"),
                                           n_early_red=("early_red", "sum"), first_red=("red_cb", "min"),
                                           known=("known", "sum")).reset_index()
-    per["tp_step"] = (per["n_pattern"] >= 2) | ((per["n_pattern"] >= 1) & (2 * per["n_pattern"] >= per["n_red"]))
+    # or: the step's first reduction comes in the forward and its payload makes at least RECUR_MIN and half of
+    # the step's reductions (a CPU forward can be more than a third of the step: DTensor's later forward
+    # reductions then fall past FORWARD_SHARE, but every one is the same activation)
+    red = df[df["red"] & (df["n"] > 0) & df["cb"].notna()]
+    first = red.sort_values("cb", kind="stable").drop_duplicates(key)[key + ["n", "cb"]]
+    first = first[first["cb"] < FORWARD_SHARE].rename(columns={"n": "first_n"})[key + ["first_n"]]
+    same = red.merge(first, on=key)
+    same = same[same["n"] == same["first_n"]].groupby(key).size().rename("n_same").reset_index()
+    per = per.merge(same, on=key, how="left")
+    per["n_same"] = per["n_same"].fillna(0).astype(int)
+    per["tp_step"] = ((per["n_pattern"] >= 2) | ((per["n_pattern"] >= 1) & (2 * per["n_pattern"] >= per["n_red"]))
+                      | ((per["n_same"] >= RECUR_MIN) & (2 * per["n_same"] >= per["n_red"])))
     # the most common recurring payload per group (value_counts sorts by count; ties: the smaller size)
     vc = df[df["pattern"]].groupby(["g", "n"]).size().reset_index(name="c")
     return per, vc

@@ -21,6 +21,7 @@ from analyzer.cross_rank import placement as pc
 from analyzer.cross_rank import stragglers as sg
 from analyzer.cross_rank.member_parts import MemberParts, partition_cuts
 from analyzer.cross_rank.roles import group_role_facts, judge_role, role_metrics
+from analyzer.layout import mesh_of
 from analyzer.load.job import Job
 from analyzer.cross_rank.topology import Hosts, declared_groups, group_span, resolve_hosts
 from analyzer.rank import intervals as iv
@@ -96,6 +97,11 @@ def _analyse(job: Job, gpus_per_node: Optional[int]) -> CrossRank:
         al = al_mod.zero_alignment(ranks, domain_of, "single_rank" if len(ranks) <= 1 else "refused",
                                    "no collectives in the traces: nothing to align on")
         return CrossRank(hosts, al, pd.DataFrame(), MemberParts.of(_empty_members()), {}, "none", 0, declared)
+    # the layout reads send/recv peers as global ranks (a sub-group's send records the group rank) and books rows
+    # without a group name to the rank's group of the dimension they belong to (analyzer/layout)
+    mesh = mesh_of(job)
+    long["peer"] = mesh.global_peers(long["rank"], long["op"], long["peer"])
+    mesh.fill_group_names(long)
     keys = co.assign_keys(long, declared)
     coll, p2p = co.split_rows(long)  # empties `long`: the rows are held once from here on
     obs, al = _align_collectives(coll, ranks, domain_of)
@@ -322,6 +328,7 @@ def _groups_section(job: Job, cr: CrossRank) -> list[dict]:
     nsteps = max(1, len([s for s in (job.step_metrics["step"].unique() if len(job.step_metrics) else [])
                          if s >= 0]))
     pos = _first_positions(job, cr)
+    mesh = mesh_of(job)
     # one pass over the rows, not one filter per group (10,000-rank jobs have thousands of groups)
     by_group = dict(tuple(inst.groupby("process_group", sort=False, observed=True))) if len(inst) else {}
     member_ranks = member_facts(cr)["ranks"]
@@ -345,6 +352,11 @@ def _groups_section(job: Job, cr: CrossRank) -> list[dict]:
         # by what identifies its role (roles.judge_role: per-layer reductions in forward and backward are TP)
         role, judged, evidence = judge_role(name, ranks, world, ops, per_step, pos.get(name),
                                             cr.role_facts.get(str(name)))
+        said = mesh.role_of(str(name), ranks)  # the layout's word (a name, or the dimension's structure) first
+        if said is not None and said.role not in ("world", "unknown") and said.dim is not None:
+            # a data-parallel dimension whose groups gather parameters shards them: FSDP (the traffic tells)
+            role = judged = "fsdp" if said.role == "dp" and judged == "fsdp" else said.role
+            evidence = f"{said.dim} dimension of the mesh ({said.evidence}); {evidence}"
         out.append({"name": name, "desc": g.desc if g is not None else "", "ranks": ranks, "size": len(ranks),
                     "hosts": hs, "n_hosts": len(hs) if cr.hosts.known else None, "span": span, "role": role,
                     "judged_role": judged, "evidence": evidence, "ops": ops})
@@ -614,6 +626,8 @@ def cross_rank_section(job: Job, gpus_per_node: Optional[int] = None) -> dict:
     waited = {x["step"]: x["slowest_rank"] for x in section["stragglers"].get("per_step") or [] if x.get("material")}
     section["step_spread"] = sg.step_spread(job.step_metrics, waited)
     section["desync"] = cr.desync
+    from analyzer.cross_rank.expert_load import expert_load
+    section["expert_load"] = expert_load(job, mesh_of(job))
     section["summary"] = _summary(job, cr, section)
     return section
 

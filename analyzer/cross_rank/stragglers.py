@@ -439,6 +439,11 @@ def analyse(job: Any, inst: pd.DataFrame, members: Any, offset_of: Optional[dict
     attribution, confidence = "unknown", 0.0
     evidence = "no rank alone holds the others up for a material share of the step"
     cand = stats[stats["qualifies"]]
+    if len(cand) > 1 and cand["more_work"].any() and not (cand["consistent"] & ~cand["more_work"]).any():
+        # a rank with more work of its own comes before ranks whose same work merely ran longer (in a composed
+        # job each TP pair waits for its slower rank: the one that runs extra operators is the cause, the other
+        # pair's lateness the shared host's)
+        cand = pd.concat([cand[cand["more_work"]], cand[~cand["more_work"]]])
     own_host = _own_host_excess(stats, cand)
     if own_host is not None:  # the hold-ups name a rank only as a "may be" (or none): the rank idling on its own
         cand = pd.concat([stats[stats["rank"] == own_host], cand[cand["rank"] != own_host]])

@@ -1,7 +1,6 @@
 """Rank ↔ host map, process groups (members, hosts spanned, intra/inter node) and their inferred roles."""
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -52,65 +51,8 @@ def resolve_hosts(job: Any, gpus_per_node: Optional[int] = None) -> Hosts:
     return Hosts("none", {}, gpus_per_node)
 
 
-_INTS = re.compile(r"-?\d+")
-
-
-def parse_ranks(text: Any) -> list[int]:
-    """'[0, 1, 2]' (Kineto / FR style) or a list → sorted ints; [] when unreadable."""
-    if isinstance(text, (list, tuple)):
-        return sorted(int(x) for x in text if isinstance(x, (int, np.integer)))
-    if isinstance(text, str) and text.strip():
-        return sorted(int(x) for x in _INTS.findall(text))
-    return []
-
-
-@dataclass
-class Group:
-    """One process group as declared by the traces (pg_config and kernel args)."""
-
-    name: str
-    desc: str = ""
-    ranks: list[int] = field(default_factory=list)
-
-
-def declared_groups(job: Any) -> dict[str, Group]:
-    """Union of every rank's `distributedInfo.pg_config` and the kernels' `Process Group Name/Ranks` args."""
-    groups: dict[str, Group] = {}
-    # a pg_config shared by many ranks (analyzer.rank.summary.SharedValues) is read once; each rank string too
-    seen: dict[int, Any] = {}
-    parsed: dict[str, list[int]] = {}
-    for t in job.traces.values():
-        config = t.meta.get("pg_config") or []
-        if seen.get(id(config)) is config:
-            config = []  # the same object as an earlier rank's: read already
-        else:
-            seen[id(config)] = config
-        for pg in config:
-            if not isinstance(pg, dict) or pg.get("pg_name") is None:
-                continue
-            name = str(pg["pg_name"])
-            g = groups.setdefault(name, Group(name))
-            g.desc = g.desc or str(pg.get("pg_desc") or "")
-            ranks = parse_ranks(pg.get("ranks"))
-            if len(ranks) > len(g.ranks):
-                g.ranks = ranks
-        names = collective_column(t, "pg_name")  # no table rebuilt per rank (10,000-rank jobs)
-        if len(names):
-            rows = np.flatnonzero(names != "")
-            _, first = np.unique(names[rows].astype(str), return_index=True)
-            rows = rows[np.sort(first)]  # each group's first row, in row order (drop_duplicates)
-            descs, rks = collective_column(t, "pg_desc"), collective_column(t, "pg_ranks")
-            for name, desc, rk in zip(names[rows], descs[rows], rks[rows]):
-                g = groups.setdefault(name, Group(name))
-                g.desc = g.desc or desc
-                ranks = parsed.get(rk) if isinstance(rk, str) else None
-                if ranks is None:
-                    ranks = parse_ranks(rk)
-                    if isinstance(rk, str):
-                        parsed[rk] = ranks
-                if len(ranks) > len(g.ranks):
-                    g.ranks = ranks
-    return groups
+# process groups are gathered by the layout stage, the one place that reads them (analyzer/layout/groups.py)
+from analyzer.layout.groups import Group, declared_groups, parse_ranks  # noqa: E402,F401  (names callers import)
 
 
 def group_span(ranks: list[int], hosts: Hosts) -> tuple[list[str], str]:

@@ -24,8 +24,8 @@ from analyzer.rank.profile import rank_profile
 
 #: Collective columns kept (the parser's, minus its activity index) and the ones stored as categories.
 COLLECTIVE_COLUMNS = ["start", "end", "stream", "op", "in_nelems", "out_nelems", "dtype", "pg_name", "pg_desc",
-                      "pg_ranks", "group_size", "peer", "family", "step", "compute_before"]
-CATEGORY_COLUMNS = ("op", "dtype", "pg_name", "pg_desc", "pg_ranks", "family")
+                      "pg_ranks", "group_size", "peer", "family", "seq", "comms_id", "step", "compute_before"]
+CATEGORY_COLUMNS = ("op", "dtype", "pg_name", "pg_desc", "pg_ranks", "family", "comms_id")
 #: the send/recv ops (never a group's first collective of a step)
 _P2P = ("send", "recv")
 
@@ -131,6 +131,12 @@ class RankSummary:
         """Re-point every table's strings into the job's pool (see analyzer.rank.packed)."""
         for name in (*TABLES, "profile"):
             pool.adopt(getattr(self, "_" + name))
+
+    @property
+    def process_groups(self) -> pd.DataFrame:
+        """``distributedInfo.pg_config`` as a typed table (parsers/kineto_groups.py): the groups this rank is in."""
+        from parsers.kineto_groups import process_groups
+        return process_groups(self.meta.get("pg_config"))
 
     @property
     def device_type(self) -> str:

@@ -273,14 +273,21 @@ def group_role(g: dict) -> str:
 
 
 def job_shape(report: dict) -> str:
-    """'tp=2 pp=2 dp=2 (pipeline 1f1b, p=2 m=4)' from the process-group roles; groups of one rank say nothing."""
+    """'dp=2 × tp=2 (from pg_desc mesh_dp, mesh_tp) (pipeline 1f1b, p=2 m=4)': the layout's mesh where it found
+    one (report ``mesh``), else the process-group roles; groups of one rank say nothing. Raw input text (group
+    descriptions): each renderer escapes it for its format."""
     cr = report.get("cross_rank") or {}
-    sizes: dict[str, int] = {}
-    for g in cr.get("process_groups") or []:
-        role = g.get("role")
-        if role in ("tp", "dp", "fsdp", "pp", "ep") and g.get("size") and int(g["size"]) > 1:
-            sizes[role] = max(sizes.get(role, 0), int(g["size"]))
-    parts = [f"{k}={v}" for k, v in sizes.items()]
+    mesh = report.get("mesh") or {}
+    parts: list[str] = []
+    if mesh.get("dims") and mesh.get("text"):
+        parts.append(str(mesh["text"]))
+    else:
+        sizes: dict[str, int] = {}
+        for g in cr.get("process_groups") or []:
+            role = g.get("role")
+            if role in ("tp", "dp", "fsdp", "pp", "ep") and g.get("size") and int(g["size"]) > 1:
+                sizes[role] = max(sizes.get(role, 0), int(g["size"]))
+        parts = [f"{k}={v}" for k, v in sizes.items()]
     pipe = cr.get("pipeline") or {}
     if pipe.get("detected"):
         parts.append(f"(pipeline {pipeline_shape(pipe)})")

@@ -137,6 +137,9 @@ def _header(report: dict) -> str:
     if strag is not None:
         by = explained_by(report, "LOAD001", int(strag))
         facts.append(f"straggler: rank {strag}" + (f" (explained by {by}, below)" if by else ""))
+    mesh = report.get("mesh") or {}
+    if mesh.get("dims") and mesh.get("text"):
+        facts.append(f"job shape: {mesh['text']}")
     pipe = cr.get("pipeline") or {}
     if pipe.get("detected"):
         facts.append(f"pipeline {pipeline_shape(pipe)}, bubble "

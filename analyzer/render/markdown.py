@@ -6,7 +6,7 @@ from typing import Any
 
 from analyzer.render import sanitize
 
-from analyzer.render.common import (breakdown_table, confidence_text, has_hta, has_unsplit, overlap_text, unsplit_note, group_role, consequence_lines, cost_text, evidence_texts, mb, ms, num, pct, printable,
+from analyzer.render.common import (job_shape, breakdown_table, confidence_text, has_hta, has_unsplit, overlap_text, unsplit_note, group_role, consequence_lines, cost_text, evidence_texts, mb, ms, num, pct, printable,
                                     ranges, skipped_summary, subject_text)
 
 DETAILS_OVER = 12  # tables longer than this fold into <details>
@@ -75,6 +75,9 @@ def _head(report: dict) -> list[str]:
         facts.append(f"**worst-step spread** {pct(s.get('max_step_time_spread'))}")
     out.append(" · ".join(facts))
     out.append("")
+    shape = job_shape(report)
+    if shape:
+        out += [f"**job shape** {md_escape(shape)}", ""]
     out.append(f"Inputs: {inputs.get('read', 0)} read, {inputs.get('salvaged', 0)} salvaged, "
                f"{inputs.get('skipped', 0)} skipped, {inputs.get('failed', 0)} failed"
                + (f"; **missing ranks {ranges(job['missing_ranks'])}**" if job.get("missing_ranks") else "")

@@ -73,7 +73,7 @@ def _summary(report: dict, paint: _Painter) -> list[str]:
     out.append(paint("bold", head))
     shape = _shape(report)
     if shape:
-        out.append(f"job shape: {shape}")
+        out.append(f"job shape: {one_line(shape)}")
     out.append(f"inputs: {inputs.get('read', 0)} read, {inputs.get('salvaged', 0)} salvaged, "
                f"{inputs.get('skipped', 0)} skipped, {inputs.get('failed', 0)} failed")
     if job.get("missing_ranks"):

@@ -22,6 +22,7 @@ def run_analysis(job: Job, options: Optional[Options] = None) -> dict:
     from analyzer.hang.section import hang_section
     from analyzer.report.nccl_section import nccl_section
     from rules.engine import run_rules
+    from analyzer.layout import mesh_of
 
     from analyzer.report import coverage as cov
     options = options or Options()
@@ -43,6 +44,7 @@ def run_analysis(job: Job, options: Optional[Options] = None) -> dict:
         report["warnings"].append(cov.note(steps))
     if split_note:
         report["warnings"].append(split_note)
+    report["mesh"] = _section(report, "layout", lambda: mesh_of(job).to_dict())
     report["cross_rank"] = _section(report, "cross-rank", lambda: _cross_rank(job, options.gpus_per_node))
     report["hang"] = _section(report, "hang", lambda: hang_section(job),
                               {"status": "error", "diagnoses": [], "groups": []})
