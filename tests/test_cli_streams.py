@@ -105,7 +105,7 @@ def test_skipped_files_are_summarised_by_reason_and_listed_with_v(tmp_path, caps
     d = tmp_path / "run"
     shutil.copytree(CLEAN, d)
     for i in range(40):
-        (d / f"notes{i:02d}.py").write_text(f"print('this is file {i}, long enough to be text')\n")
+        (d / f"notes{i:02d}.dat").write_text(f"this is file {i}, long enough to be text\n")
     (d / "blob.bin").write_bytes(bytes(range(1, 30)) * 40)
     code, out, _ = _run([str(d), "-q", "--jobs", "1"], capsys)
     lines = out.splitlines()
