@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 SCHEMA = "dtrace-analyzer/report"
 SCHEMA_VERSION = 1
 #: Minor version: keys added within schema_version 1 (docs/json-schema.md, "Changes").
-SCHEMA_MINOR = 7  # keys added within version 1: docs/json-schema.md, "Changes"
+SCHEMA_MINOR = 8  # keys added within version 1: docs/json-schema.md, "Changes"
 
 _NS_TO_US = {c: c[:-3] + "_us" for c in (
     "step_time_ns", "compute_ns", "comm_ns", "overlap_ns", "exposed_comm_ns", "memcpy_ns", "busy_ns", "idle_ns",
