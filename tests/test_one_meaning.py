@@ -96,7 +96,8 @@ def test_wait_imposed_is_per_step_first_and_says_how_many_steps_it_sums():
     row = next(x for x in r["json"]["cross_rank"]["stragglers"]["per_rank"] if x["rank"] == 9)
     n = len([s for s in r["json"]["cross_rank"]["stragglers"]["per_step"] if (s.get("step") or 0) >= 0])
     total = row["wait_imposed_us"] / 1000
-    want = f"wait imposed on the others {total / n:.2f} ms per step ({total:.2f} ms summed over {n} steps)"
+    want = (f"summed over every rank that waited for it and every collective it was last in (so not comparable with "
+            f"the delay above): {total / n:.2f} ms per step, {total:.2f} ms over {n} steps")
     assert n == 2 and want in " ".join(_texts(_one(r["json"], "LOAD001")))
     assert want in r["text"] and "ms in total" not in r["text"]
     # the per-rank table is "mean over steps": its wait-imposed column is per step too

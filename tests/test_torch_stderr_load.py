@@ -69,10 +69,13 @@ def test_traces_logs_and_dumps_are_not_claimed():
                            "/fr_trace_output_with_pg_config.md")) for p in bed), bed
     outside = [p for p in outside if p not in bed]
     # the only other stderr outside fixtures/stderr: the per-rank stderr and torchrun logs of the real hangs and the
-    # simulator's crashed-rank log, which earlier were skipped as "text without NCCL or watchdog lines"
+    # simulator's crashed-rank log, which earlier were skipped as "text without NCCL or watchdog lines"; the hostile
+    # round-4 bed's per-rank stderr (a real hang) and the memory bed's OOM run's stderr
     assert all(p.startswith("real-cpu-hang/") and p.endswith((".stderr", "torchrun.log")) or
+               p.startswith("real-cpu-hostile4/rank") and p.endswith(".stderr") or
+               p == "real-cpu-memory/dp3-leak256k-r0-oom/stderr.log" or
                p == "sim/hang_crashed_rank/stderr_rank7.log" for p in outside), outside
-    assert len(outside) == 11
+    assert len(outside) == 15
 
 
 def test_late_failure_is_found_in_the_tail(tmp_path):
