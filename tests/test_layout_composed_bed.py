@@ -82,6 +82,9 @@ def test_a_tp_partner_waiting_for_the_straggler_is_not_misplaced():
 
 
 @pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="merged with the host/idle decomposition (issue #29 items 6-8), the other "
+                   "TP pair's rank 3 is named by its consistent host/idle excess on 4 ranks sharing 2 cores ahead of "
+                   "rank 1's extra work (docs/performance-diagnoses.md, composed parallelism): open")
 def test_the_tp_pair_straggler_with_more_work_is_named():
     # rank 1 runs extra matmuls; its TP partner waits for it; the other TP pair's rank 3 is as slow from the shared
     # host's contention alone (the same operators): the one with work of its own is the straggler
