@@ -281,4 +281,4 @@ def compare(runs: Iterable[PathLike], **options: Any) -> Any:
     """Compare several runs (folders or --record files): scaling efficiency, its factors, the table of every
     configuration (analyzer.scaling.session.compare; docs/scaling.md)."""
     from analyzer.scaling.session import compare as _compare
-    return _compare(runs, **options)
+    return _compare(runs, loader=load, check_paths=check_paths, **options)

@@ -61,9 +61,8 @@ def _thresholds(items: list[str]) -> dict:
 
 def run_compare(args: argparse.Namespace, write_stdout: Any) -> int:
     """Analyse and compare the runs, write the comparison (--format text/markdown/json, -o FILE)."""
-    from analyzer.api import InputPathError
+    from analyzer.api import InputPathError, compare
     from analyzer.scaling.record import RecordError
-    from analyzer.scaling.session import compare
     from rules.config import ConfigError
     fmt = args.format or "text"
     if fmt not in ("text", "markdown", "json", "html"):

@@ -65,24 +65,29 @@ class Comparison:
 
 def compare(runs: Iterable[PathLike], *, batch_per_rank: Optional[float] = None, scaling: Optional[str] = None,
             thresholds: Optional[dict] = None, record: Optional[PathLike] = None, jobs: Optional[int] = 1,
-            labels: Optional[list[str]] = None, load_options: Optional[dict] = None) -> Comparison:
+            labels: Optional[list[str]] = None, load_options: Optional[dict] = None,
+            loader: Any = None, check_paths: Any = None) -> Comparison:
     """Compare runs: each a run folder (analysed with analyzer.load) or a --record file (CSV / JSON lines).
 
     ``batch_per_rank``: samples per rank and step for every analysed folder (throughput in samples/s; without it
     steps/s). ``scaling``: "weak" or "strong" overrides the inference. ``thresholds``: the guide values
     (``efficiency_good_at_8``, ``efficiency_acceptable_at_64``). ``record``: append the analysed runs' rows to
-    this CSV / JSON-lines file (rows already there are not added again)."""
-    from analyzer.api import check_paths
+    this CSV / JSON-lines file (rows already there are not added again). ``loader`` / ``check_paths``: how a folder
+    is analysed and a path checked (analyzer.compare passes analyzer.load and its path check: this stage sits below
+    the API and never imports it)."""
+    if loader is None:
+        raise TypeError("compare() needs loader=: call analyzer.compare, which passes analyzer.load")
     if scaling not in (None, "weak", "strong"):
         raise ValueError(f"scaling must be 'weak' or 'strong', not {scaling!r}")
     paths = [os.fspath(p) for p in runs]
-    check_paths(paths)
+    if check_paths is not None:
+        check_paths(paths)
     rows, analysed = [], []
     for i, p in enumerate(paths):
         if is_record_file(p):
             rows += read_rows(p)
             continue
-        for row in _folder_rows(p, labels[i] if labels and i < len(labels) else None, batch_per_rank, jobs,
+        for row in _folder_rows(loader, p, labels[i] if labels and i < len(labels) else None, batch_per_rank, jobs,
                                 load_options or {}):
             rows.append(row)
             analysed.append(row)
@@ -90,11 +95,10 @@ def compare(runs: Iterable[PathLike], *, batch_per_rank: Optional[float] = None,
     return Comparison(compare_rows(rows, scaling=scaling, thresholds=thresholds), rows, recorded)
 
 
-def _folder_rows(path: str, label: Optional[str], batch_per_rank: Optional[float], jobs: Optional[int],
+def _folder_rows(load: Any, path: str, label: Optional[str], batch_per_rank: Optional[float], jobs: Optional[int],
                  options: dict) -> list[dict]:
     """The rows of one folder: one run, or each of the sibling jobs the load stage tells apart in it
     (``runs/`` holding ``w1/``, ``w2/``, …: report ``inputs.jobs``)."""
-    from analyzer.api import load
     a = load(path, jobs=jobs, **options)
     try:
         found = (a.report.get("inputs") or {}).get("jobs") or []
