@@ -290,9 +290,11 @@ def mutate_pickle(rng: random.Random, data: bytes) -> bytes:
 
 
 def mutate(rng: random.Random, data: bytes, kind: str) -> bytes:
-    """One example of damaged input of ``kind`` (trace | log | stderr | fr_pickle | fr_json) from a clean fixture."""
+    """One example of damaged input of ``kind`` (trace | log | stderr | fr_pickle | fr_json | ras) from a clean
+    fixture."""
     structural = {"trace": [mutate_json], "fr_json": [mutate_json], "log": [mutate_lines], "stderr": [mutate_lines],
-                  "fr_pickle": [mutate_pickle, memo_bomb, mark_flood, length_lie]}[kind]
+                  "fr_pickle": [mutate_pickle, memo_bomb, mark_flood, length_lie],
+                  "ras": [mutate_json] if data.lstrip()[:1] == b"{" else [mutate_lines]}[kind]
     out = data
     for _ in range(rng.choice([1, 1, 2, 3])):
         op = rng.choice(structural * 3 + BYTE_MUTATIONS)
@@ -316,7 +318,8 @@ def hostile_name(rng: random.Random, kind: str) -> str:
     stem = base[:-5]
     return {"trace": stem + rng.choice([".json", ".pt.trace.json"]), "log": stem.replace("rank", "nccl_rank") + ".log",
             "fr_pickle": "nccl_trace_rank_" + stem[4:] if rng.random() < 0.5 else "nccl_trace_rank_0",
-            "fr_json": "nccl_trace_" + stem + ".json", "stderr": stem + rng.choice([".stderr", ".err", "-stderr.log"])}[kind]
+            "fr_json": "nccl_trace_" + stem + ".json", "stderr": stem + rng.choice([".stderr", ".err", "-stderr.log"]),
+            "ras": stem + rng.choice(["-ncclras.txt", ".ras.json", "_ras.log"])}[kind]
 
 
 #: The clean seeds of each kind (small real and simulated fixtures).
@@ -331,4 +334,6 @@ SEEDS = {
                "real-cpu-hang/size_mismatch_abort/rank0.stderr"],
     "fr_pickle": ["real-cpu-hang/mismatched_op/nccl_trace_rank_0", "real-cpu-hang/missing_rank/nccl_trace_rank_3"],
     "fr_json": ["sim/hang_mismatched_op/nccl_trace_rank_0.json", "sim/hang_stalled_rank/nccl_trace_rank_1.json"],
+    "ras": ["nccl_ras/stalled8_text/ncclras_status.txt", "nccl_ras/ahead16_text/ras.log",
+            "nccl_ras/dead4_json/ras_status.json", "nccl_ras/monitor_dead/ncclras_monitor.log"],
 }

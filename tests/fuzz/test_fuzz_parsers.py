@@ -14,11 +14,12 @@ from parsers.errors import InputError
 from parsers.flight_recorder import load_dump
 from parsers.kineto import load_trace
 from parsers.nccl_log import parse_nccl_log
+from parsers.nccl_ras import parse_ras
 from parsers.torch_stderr import parse_stderr
 from tests.fuzz import mutators as mu
 
 PARSERS = {"trace": load_trace, "log": parse_nccl_log, "stderr": parse_stderr, "fr_pickle": load_dump,
-           "fr_json": load_dump}
+           "fr_json": load_dump, "ras": parse_ras}
 
 
 @pytest.mark.slow

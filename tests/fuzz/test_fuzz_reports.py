@@ -23,6 +23,7 @@ COMPANIONS = {
     "fr_pickle": ["real-cpu-hang/mismatched_op/nccl_trace_rank_1", "real-cpu-hang/mismatched_op/rank1.stderr"],
     "stderr": ["real-cpu-hang/size_mismatch_abort/nccl_trace_rank_0", "real-cpu-hang/size_mismatch_abort/rank1.stderr"],
     "fr_json": ["sim/hang_mismatched_op/nccl_trace_rank_1.json", "sim/hang_mismatched_op/nccl_trace_rank_2.json"],
+    "ras": ["sim/hang_stalled_rank/nccl_trace_rank_1.json", "sim/hang_stalled_rank/nccl_rank2.log"],
 }
 FORMATS = ("text", "json", "markdown", "html", "junit", "sarif", "github")
 
@@ -41,7 +42,7 @@ _FIGURES = ("timeline", "pipeline", "heatmap", "share_bars", "wait_matrix", "ban
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["trace", "log", "stderr", "fr_pickle", "fr_json"])
+@pytest.mark.parametrize("kind", ["trace", "log", "stderr", "fr_pickle", "fr_json", "ras"])
 def test_every_format_parses_and_steers_nothing(kind, tmp_path, fuzz_size, fuzz_seed, monkeypatch):
     import analyzer.render.figures as fg
     real = {name: getattr(fg, name) for name in _FIGURES}
