@@ -15,7 +15,7 @@ import numpy as np
 
 from parsers.collective_names import normalise_op as canonical_op
 from parsers.errors import InputError
-from parsers.safe_open import open_input
+from parsers.safe_open import read_bounded
 from parsers.safe_unpickle import MAX_PICKLE_BYTES, UnsafePickleError, check_plain, safe_loads, salvage_loads
 from parsers.table import Table, column
 
@@ -456,13 +456,7 @@ def load_dump(path: str | Path, max_bytes: int = MAX_PICKLE_BYTES) -> FlightReco
     """Read one rank's Flight Recorder dump; raise InputError only when nothing at all is readable."""
     p = str(path)
     warnings: list[str] = []
-    try:
-        with open_input(p) as fh:
-            data = fh.read(max_bytes + 1)
-    except OSError as exc:
-        raise InputError(p, f"cannot open: {exc.strerror or exc}") from None
-    if len(data) > max_bytes:
-        raise InputError(p, f"larger than {max_bytes} bytes; refusing to load")
+    data = read_bounded(p, max_bytes)
     obj, fmt = _decode(p, data, warnings)
     if not isinstance(obj, dict):
         raise InputError(p, f"top level is a {type(obj).__name__}, not a Flight Recorder dict")

@@ -17,7 +17,7 @@ from typing import Any, Optional
 
 from parsers.errors import InputError
 from parsers.file_names import rank_from_file_name
-from parsers.safe_open import open_input
+from parsers.safe_open import read_bounded
 from parsers.safe_unpickle import MAX_PICKLE_BYTES, UnsafePickleError, safe_loads
 
 #: the largest allocations kept per device, and the OOM entries kept per file
@@ -72,13 +72,7 @@ def _frame(frames: Any) -> Optional[str]:
 def load_snapshot(path: str | Path, max_bytes: int = MAX_PICKLE_BYTES) -> MemorySnapshot:
     """Read one allocator snapshot; InputError when it cannot be read or is not one."""
     p = str(path)
-    try:
-        with open_input(p) as fh:
-            data = fh.read(max_bytes + 1)
-    except OSError as exc:
-        raise InputError(p, f"cannot open: {exc.strerror or exc}") from None
-    if len(data) > max_bytes:
-        raise InputError(p, f"larger than {max_bytes} bytes; refusing to load")
+    data = read_bounded(p, max_bytes)
     try:
         obj = safe_loads(data)
     except UnsafePickleError as exc:

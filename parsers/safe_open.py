@@ -53,3 +53,17 @@ def open_input(path: str | Path) -> BinaryIO:
     except BaseException:
         os.close(fd)
         raise
+
+
+def read_bounded(path: str | Path, max_bytes: int) -> bytes:
+    """The whole of a file that must be read at once (a pickle, a JSON document), refused past ``max_bytes``;
+    InputError when it cannot be opened or is larger."""
+    p = str(path)
+    try:
+        with open_input(p) as fh:
+            data = fh.read(max_bytes + 1)
+    except OSError as exc:
+        raise InputError(p, f"cannot open: {exc.strerror or exc}") from None
+    if len(data) > max_bytes:
+        raise InputError(p, f"larger than {max_bytes} bytes; refusing to load")
+    return data
