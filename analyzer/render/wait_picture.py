@@ -36,9 +36,9 @@ def _rows(hang: dict) -> list[dict]:
     return out
 
 
-def _seq_text(hang: dict, group: str, ranks: list[int]) -> str:
-    """'entered #6, completed #4' for the ranks of a box in one group (ranges where they differ)."""
-    g = next((x for x in hang.get("groups") or [] if str(x.get("process_group")) == str(group)), None)
+def _seq_text(g: dict | None, ranks: list[int]) -> str:
+    """'entered #6, completed #4' for the ranks of a box in group ``g`` (a `hang.groups` row; ranges where they
+    differ)."""
     if not g:
         return ""
 
@@ -76,6 +76,7 @@ def wait_picture(report: dict) -> str:
     culprits = {int(r) for d in hang.get("diagnoses") or [] if not d.get("tie") and (d.get("confidence") or 0) >= 0.5
                 for r in d.get("culprit_ranks") or []}
     suspects = {int(r) for d in hang.get("diagnoses") or [] if d.get("tie") for r in d.get("culprit_ranks") or []}
+    by_group = {str(x.get("process_group")): x for x in hang.get("groups") or []}
     more = max(0, len(rows) - MAX_ROWS)
     rows = rows[:MAX_ROWS]
     parts: list[str] = []
@@ -84,7 +85,7 @@ def wait_picture(report: dict) -> str:
     for r in rows:
         g = str(r.get("process_group") or "")
         if g != last_group:
-            gi = next((x for x in hang.get("groups") or [] if str(x.get("process_group")) == g), {})
+            gi = by_group.get(g) or {}
             members = f" — ranks reporting {ranges(gi['ranks'])}" if gi.get("ranks") else ""
             parts.append(f'<text x="{LEFT_X}" y="{y + 4}" font-size="13" font-weight="700" fill="#333">'
                          f'{_e(f"process group {g}" if g else "process group not known")}{_e(members)}</text>')
@@ -95,8 +96,8 @@ def wait_picture(report: dict) -> str:
         kind = "culprit" if set(target) & culprits else "suspect" if set(target) & suspects else "other"
         wkind = "culprit" if set(waiting) <= culprits and waiting else "waiting"
         seq = f"#{r['seq']}" if r.get("seq") is not None else ""
-        parts.append(_box(LEFT_X, y, wkind, _ranks_title(waiting), _seq_text(hang, g, waiting) or "waiting"))
-        tsub = _seq_text(hang, g, target) or ""
+        parts.append(_box(LEFT_X, y, wkind, _ranks_title(waiting), _seq_text(by_group.get(g), waiting) or "waiting"))
+        tsub = _seq_text(by_group.get(g), target) or ""
         if set(target) & set(r.get("absent") or []):
             tsub = (tsub + "; " if tsub else "") + "never entered it"
         label = {"culprit": "culprit", "suspect": "suspect (tie)", "other": ""}[kind]
