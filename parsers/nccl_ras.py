@@ -135,6 +135,7 @@ def _parse_text(path: str, text: str, warnings: list[str]) -> NcclRas:
     context = ""  # count | status | missing | error | procs_missing | procs_dead
     ctx_value: dict = {}
     expect_job = ""
+    sections: set[str] = set()
     for ln, raw in enumerate(text.splitlines(), 1):
         line = raw[:MAX_LINE].rstrip()
         if not line.strip():
@@ -177,6 +178,8 @@ def _parse_text(path: str, text: str, warnings: list[str]) -> NcclRas:
             context, ctx_value = ("missing" if block["kind"] == "INCOMPLETE" else ""), {}
             continue
         stripped = line.strip()
+        if stripped in ("Errors", "Warnings"):
+            sections.add(stripped)
         if stripped in ("INCOMPLETE", "DEAD", "TIMEOUT", "Errors", "Warnings") or set(stripped) == {"="}:
             block = None if stripped in ("INCOMPLETE", "DEAD", "TIMEOUT") else block
             context = {"INCOMPLETE": "procs_missing", "DEAD": "procs_dead"}.get(stripped, "")
@@ -249,6 +252,10 @@ def _parse_text(path: str, text: str, warnings: list[str]) -> NcclRas:
             continue
     if not (groups or comms or cohorts or procs or events or version):
         raise InputError(path, "no NCCL RAS report in it (no communicators table, no error blocks)")
+    if groups and "Warnings" not in sections:  # ncclras always prints both headings, even empty
+        warnings.append(f"{path}: the report stops before its "
+                        f"{'Warnings' if 'Errors' in sections else 'Errors and Warnings'} section: cut off, so what "
+                        "it does not list (mismatched counts, dead ranks) is unknown, not absent")
     return _result(path, "monitor" if events and not groups else "text", version, "", job, groups, comms, cohorts,
                    ranks, procs, events, timeouts, warnings)
 

@@ -145,3 +145,14 @@ def test_ras_breaks_a_tie_it_can_see(tmp_path):
     (out,) = apply([d], ras_facts([rep], 8))
     assert (out.culprit_ranks, out.tie, out.confidence) == ([2], False, 0.7)
     assert 5 in out.waiting_ranks
+
+
+def test_a_report_cut_before_its_warnings_says_so(tmp_path):
+    """A report that stops in its communicators table lists no mismatch: unknown, not OK; the file says so."""
+    full = (RAS / "stalled8_text" / "ncclras_status.txt").read_text()
+    p = tmp_path / "ras.txt"
+    p.write_text(full[:full.index("\nErrors\n")])
+    r = parse_ras(str(p))
+    assert r.cohorts.empty and len(r.groups) == 1
+    assert any("stops before its Errors and Warnings section" in w for w in r.warnings)
+    assert not parse_ras(str(RAS / "stalled8_text" / "ncclras_status.txt")).warnings
